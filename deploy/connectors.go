@@ -1,0 +1,100 @@
+package deploy
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/omnipd/omnipd/topology"
+)
+
+// kvConnectorSpec is what PD expansion injects into the prefill's and the
+// decode's kv_transfer_config for one vLLM KV connector.
+type kvConnectorSpec struct {
+	name string
+	// producerRole and consumerRole are the kv_role values vLLM's own
+	// examples use for the connector.
+	producerRole string
+	consumerRole string
+	// basePort is the first side-channel port (0: the connector has none).
+	basePort int
+	// decodeListens: decode instances need a port of their own too.
+	decodeListens bool
+	// portKey is where the port goes in kv_transfer_config: "kv_port", or a
+	// key of kv_connector_extra_config.
+	portKey      string
+	portInExtra  bool
+	bufferDevice string
+	// extra is added to kv_connector_extra_config when absent.
+	extra []param
+	// ip is the default kv_ip; empty leaves it to the engine.
+	ip string
+}
+
+// kvConnectorSpecs are the connectors PD expansion knows. Default ports are
+// the engines' own defaults (VLLM_MOONCAKE_BOOTSTRAP_PORT 8998,
+// VLLM_NIXL_SIDE_CHANNEL_PORT 5600), counted up per instance so that several
+// instances can share a host.
+var kvConnectorSpecs = []kvConnectorSpec{
+	{
+		name: "MooncakeConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+		basePort: 8998, portKey: "mooncake_bootstrap_port", portInExtra: true,
+	},
+	{
+		name: "NixlConnector", producerRole: topology.KVBoth, consumerRole: topology.KVBoth,
+		basePort: 5600, decodeListens: true, portKey: "kv_port", bufferDevice: "cuda",
+	},
+	{
+		name: "P2pNcclConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+		basePort: 21001, decodeListens: true, portKey: "kv_port",
+		extra: []param{{"send_type", func() *Node { return newStr("PUT_ASYNC", Pos{}) }}},
+	},
+	{
+		name: "LMCacheConnectorV1", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+	},
+	{
+		name: "MoRIIOConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+		basePort: 6301, decodeListens: true, portKey: "kv_port",
+	},
+	{
+		name: "ReferenceConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+		basePort: 17100, decodeListens: true, portKey: "kv_port", ip: "127.0.0.1",
+		extra: []param{{"handshake", func() *Node { return newStr("pull", Pos{}) }}},
+	},
+}
+
+// DefaultKVConnector is the connector PD expansion uses when none is named:
+// the reference connector, which runs without a GPU.
+const DefaultKVConnector = "ReferenceConnector"
+
+func lookupKVConnector(name string) (kvConnectorSpec, bool) {
+	i := slices.IndexFunc(kvConnectorSpecs, func(s kvConnectorSpec) bool { return s.name == name })
+	if i < 0 {
+		return kvConnectorSpec{}, false
+	}
+	return kvConnectorSpecs[i], true
+}
+
+// KVConnectors lists the connectors PD expansion can configure.
+func KVConnectors() []string {
+	var names []string
+	for _, s := range kvConnectorSpecs {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// kvBasePort is the port a stage's first instance listens on, as its
+// kv_transfer_config says; 0 when it says none.
+func kvBasePort(kv *KVConfig) int {
+	if kv == nil {
+		return 0
+	}
+	if spec, ok := lookupKVConnector(kv.Connector); ok && spec.portInExtra {
+		if v := kv.ExtraConfig.Get(spec.portKey); v != nil && v.Tag == "!!int" {
+			n, _ := strconv.Atoi(v.Value)
+			return n
+		}
+		return 0
+	}
+	return kv.Port
+}

@@ -1,0 +1,162 @@
+package deploy
+
+import (
+	"github.com/omnipd/omnipd/topology"
+)
+
+// Document is a resolved deploy config: pipeline applied, overlays and the
+// platform merged, legacy schema migrated, PD expanded. Printing it gives a
+// config that loads back to the same Document.
+type Document struct {
+	// Pipeline is the embedded pipeline the stages follow.
+	Pipeline   string
+	AsyncChunk bool
+	Connectors []Connector
+	// PD is nil when the Thinker is not disaggregated.
+	PD     *PDSettings
+	Stages []*Stage
+}
+
+// Connector is a named stage connector (how one stage's output reaches the next).
+type Connector struct {
+	Name  string
+	Class string
+	// Extra is the connector's settings (a mapping), e.g. codec chunk sizes.
+	Extra *Node
+}
+
+// Stage is one resolved stage.
+type Stage struct {
+	ID         int
+	ModelStage string
+	// ExecutionType and EngineOutputType come from the pipeline.
+	ExecutionType    string
+	EngineOutputType string
+	Role             topology.Role
+	InputSources     []int
+	FinalOutput      bool
+	FinalOutputType  string
+	// Devices is the union of the replicas' devices.
+	Devices            []int
+	TensorParallelSize int
+	NumReplicas        int
+	Replicas           []topology.Replica
+	// Endpoints are base URLs of already-running engines (one per replica);
+	// omnipd does not start a stage that has them.
+	Endpoints []string
+	// KV is the stage's vLLM KVTransferConfig; nil when it has none.
+	KV               *KVConfig
+	InputConnectors  []StageConnector
+	OutputConnectors []StageConnector
+	// DefaultSamplingParams, Env and EngineArgs are mappings kept as written.
+	DefaultSamplingParams *Node
+	Env                   *Node
+	// AsyncChunk is the stage's opt-out of pipeline-wide async chunking.
+	AsyncChunk *bool
+	// EngineArgs are keys omnipd does not interpret; they go to the engine.
+	EngineArgs *Node
+
+	disaggregatable bool
+	// src is the stage node the stage came from, for error positions.
+	src *Node
+}
+
+// StageConnector names the connector on one edge of a stage.
+type StageConnector struct {
+	// Stage is the peer stage id: the source for input connectors, the
+	// destination for output connectors.
+	Stage int
+	Name  string
+}
+
+// KVConfig is vLLM's KVTransferConfig as a stage's engine receives it.
+type KVConfig struct {
+	Connector         string
+	Role              string
+	EngineID          string
+	BufferDevice      string
+	BufferSize        *Node
+	Rank              *int
+	ParallelSize      *int
+	IP                string
+	Port              int
+	LoadFailurePolicy string
+	// ExtraConfig is kv_connector_extra_config.
+	ExtraConfig *Node
+	// Other holds keys this version of omnipd does not know; they are passed on.
+	Other *Node
+}
+
+func (kv *KVConfig) clone() *KVConfig {
+	if kv == nil {
+		return nil
+	}
+	c := *kv
+	c.BufferSize = kv.BufferSize.Clone()
+	c.ExtraConfig = kv.ExtraConfig.Clone()
+	c.Other = kv.Other.Clone()
+	return &c
+}
+
+// PDSettings is omnipd's pd: section, resolved.
+type PDSettings struct {
+	// Connector is the KV connector between prefill and decode.
+	Connector string
+	// Devices is the device pool expansion laid out (informational once expanded).
+	Devices []int
+	// MinPrefillTokens: prompts shorter than this skip the prefill stage.
+	MinPrefillTokens int
+	// PrefillRetries is how many other prefill instances a failed prefill is retried on.
+	PrefillRetries int
+}
+
+// Topology returns the pure stage graph of d.
+func (d *Document) Topology() *topology.Topology {
+	t := &topology.Topology{}
+	for _, c := range d.Connectors {
+		t.Connectors = append(t.Connectors, c.Name)
+	}
+	for _, s := range d.Stages {
+		ts := topology.Stage{
+			ID:                    s.ID,
+			ModelStage:            s.ModelStage,
+			Role:                  s.Role,
+			InputSources:          append([]int(nil), s.InputSources...),
+			FinalOutput:           s.FinalOutput,
+			FinalOutputType:       s.FinalOutputType,
+			TensorParallelSize:    s.TensorParallelSize,
+			NumReplicas:           s.NumReplicas,
+			Devices:               append([]int(nil), s.Devices...),
+			DisaggregationCapable: s.disaggregatable,
+		}
+		for _, r := range s.Replicas {
+			r.Devices = append([]int(nil), r.Devices...)
+			ts.Replicas = append(ts.Replicas, r)
+		}
+		if s.KV != nil {
+			ts.KV = &topology.KVTransfer{
+				Connector:    s.KV.Connector,
+				Role:         s.KV.Role,
+				EngineID:     s.KV.EngineID,
+				BufferDevice: s.KV.BufferDevice,
+			}
+			if s.KV.BufferSize != nil {
+				ts.KV.BufferSize = canonicalNumber(s.KV.BufferSize)
+			}
+		}
+		if len(s.InputConnectors) > 0 {
+			ts.InputConnectors = map[int]string{}
+			for _, c := range s.InputConnectors {
+				ts.InputConnectors[c.Stage] = c.Name
+			}
+		}
+		if len(s.OutputConnectors) > 0 {
+			ts.OutputConnectors = map[int]string{}
+			for _, c := range s.OutputConnectors {
+				ts.OutputConnectors[c.Stage] = c.Name
+			}
+		}
+		t.Stages = append(t.Stages, ts)
+	}
+	return t
+}

@@ -1,0 +1,412 @@
+package deploy
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/omnipd/omnipd/topology"
+)
+
+const defaultPrefillRetries = 1
+
+var pdKnownKeys = []string{
+	"enabled", "connector", "devices", "prefill", "decode", "kv_buffer_device", "kv_buffer_size",
+	"kv_ip", "kv_port", "kv_connector_extra_config", "min_prefill_tokens", "prefill_retries",
+}
+
+// pdRequest is the pd: section (and the expand flags) as written.
+type pdRequest struct {
+	node             *Node
+	connector        string
+	connectorNode    *Node
+	devices          []int
+	devicesNode      *Node
+	prefill, decode  pdRole
+	bufferDevice     string
+	bufferSize       *Node
+	ip               string
+	port             int
+	extra            *Node
+	minPrefillTokens int
+	prefillRetries   int
+}
+
+type pdRole struct {
+	replicas int
+	devices  []int
+	port     int
+	node     *Node
+}
+
+// pdOf reads the pd: section; nil when PD is not asked for.
+func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
+	req := &pdRequest{node: n, prefillRetries: defaultPrefillRetries}
+	enabled := opts.PD
+	if n != nil && n.Kind != KindNull {
+		enabled = true
+		if !p.mapOf(n, "pd") {
+			return nil
+		}
+		for i, k := range n.Keys {
+			v := n.Values[i]
+			fp := "pd." + k.Value
+			switch k.Value {
+			case "enabled":
+				if b, ok := p.boolOf(v, fp); ok {
+					enabled = b || opts.PD
+				}
+			case "connector":
+				req.connector, _ = p.strOf(v, fp)
+				req.connectorNode = v
+			case "devices":
+				req.devices, _ = p.devicesOf(v, fp)
+				req.devicesNode = v
+			case "prefill":
+				req.prefill = p.pdRoleOf(v, fp)
+			case "decode":
+				req.decode = p.pdRoleOf(v, fp)
+			case "kv_buffer_device":
+				req.bufferDevice, _ = p.strOf(v, fp)
+			case "kv_buffer_size":
+				if v.Kind != KindScalar || !isNumber(v.Value) {
+					p.errorf(v, fp, "want a number of bytes such as 1e9, got %s", describe(v))
+				} else {
+					req.bufferSize = v
+				}
+			case "kv_ip":
+				req.ip, _ = p.strOf(v, fp)
+			case "kv_port":
+				req.port, _ = p.portOf(v, fp)
+			case "kv_connector_extra_config":
+				if v.Kind != KindNull && p.mapOf(v, fp) {
+					req.extra = v
+				}
+			case "min_prefill_tokens":
+				req.minPrefillTokens, _ = p.nonNegIntOf(v, fp)
+			case "prefill_retries":
+				req.prefillRetries, _ = p.nonNegIntOf(v, fp)
+			default:
+				p.unknownKey(k, fp, pdKnownKeys)
+			}
+		}
+	}
+	if opts.Connector != "" {
+		req.connector, req.connectorNode = opts.Connector, nil
+	}
+	if opts.Devices != "" {
+		d, err := topology.ParseDevices(opts.Devices)
+		if err != nil {
+			p.errs = append(p.errs, Error{Path: "--devices", Msg: err.Error()})
+		}
+		req.devices, req.devicesNode = d, nil
+	}
+	if !enabled {
+		return nil
+	}
+	if req.connector != "" {
+		if _, ok := lookupKVConnector(req.connector); !ok {
+			at := req.connectorNode
+			path := "pd.connector"
+			if at == nil {
+				path = "--connector"
+			}
+			p.errs = append(p.errs, Error{Pos: posOf(at), Path: path,
+				Msg: fmt.Sprintf("unknown KV connector %q; omnipd can configure %s", req.connector, quoteAll(KVConnectors()))})
+		}
+	}
+	return req
+}
+
+func (p *problems) portOf(v *Node, path string) (int, bool) {
+	port, ok := p.intOf(v, path)
+	if ok && (port < 1 || port > 65535) {
+		p.errorf(v, path, "port %d is outside 1-65535", port)
+		return 0, false
+	}
+	return port, ok
+}
+
+func (p *problems) pdRoleOf(n *Node, path string) pdRole {
+	r := pdRole{node: n}
+	if n.Kind == KindNull || !p.mapOf(n, path) {
+		return r
+	}
+	for i, k := range n.Keys {
+		v := n.Values[i]
+		fp := path + "." + k.Value
+		switch k.Value {
+		case "num_replicas":
+			if nr, ok := p.intOf(v, fp); ok {
+				if nr < 1 {
+					p.errorf(v, fp, "want at least 1, got %d", nr)
+				}
+				r.replicas = nr
+			}
+		case "devices":
+			r.devices, _ = p.devicesOf(v, fp)
+		case "kv_port":
+			r.port, _ = p.portOf(v, fp)
+		default:
+			p.unknownKey(k, fp, []string{"num_replicas", "devices", "kv_port"})
+		}
+	}
+	return r
+}
+
+// expandPD splits the Thinker into a prefill and a decode stage, or, when
+// the config already has them, checks that the pd: section agrees.
+func expandPD(doc *Document, req *pdRequest, p *problems) {
+	if doc.Disaggregated() {
+		connector := pdConnectorOf(doc)
+		if req.connector != "" && connector != "" && req.connector != connector {
+			at, path := req.connectorNode, "pd.connector"
+			if at == nil {
+				path = "--connector"
+			}
+			p.errs = append(p.errs, Error{Pos: posOf(at), Path: path,
+				Msg: fmt.Sprintf("the stages are already disaggregated with %s; %s conflicts (edit the stages' kv_transfer_config instead)", connector, req.connector)})
+			return
+		}
+		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries}
+		return
+	}
+	ti := slices.IndexFunc(doc.Stages, func(s *Stage) bool { return s.disaggregatable })
+	if ti < 0 {
+		p.errs = append(p.errs, Error{Pos: posOf(req.node), Path: "pd", Msg: fmt.Sprintf("pipeline %s has no stage that can be split into prefill and decode", doc.Pipeline)})
+		return
+	}
+	thinker := doc.Stages[ti]
+	connector := req.connector
+	if connector == "" && thinker.KV != nil && thinker.KV.Connector != "" {
+		connector = thinker.KV.Connector
+	}
+	if connector == "" {
+		connector = DefaultKVConnector
+	}
+	spec, ok := lookupKVConnector(connector)
+	if !ok {
+		p.errorf(thinker.src, fmt.Sprintf("stages[%d].kv_transfer_config.kv_connector", ti),
+			"unknown KV connector %q; omnipd can configure %s", connector, quoteAll(KVConnectors()))
+		return
+	}
+
+	tid := thinker.ID
+	remap := func(id int) int {
+		if id > tid {
+			return id + 1
+		}
+		return id
+	}
+	prefill := cloneStage(thinker)
+	prefill.Role = topology.RolePrefill
+	prefill.FinalOutput, prefill.FinalOutputType = false, ""
+	prefill.InputSources = []int{}
+	prefill.OutputConnectors = nil
+	prefill.DefaultSamplingParams = newMap(thinker.src.Pos)
+	prefill.NumReplicas = max(req.prefill.replicas, 1)
+
+	decode := cloneStage(thinker)
+	decode.Role = topology.RoleDecode
+	decode.ID = tid + 1
+	decode.InputSources = []int{tid}
+	decode.InputConnectors = nil
+	decode.NumReplicas = max(req.decode.replicas, 1)
+	for i := range decode.OutputConnectors {
+		decode.OutputConnectors[i].Stage = remap(decode.OutputConnectors[i].Stage)
+	}
+
+	var downstream []*Stage
+	for _, s := range doc.Stages {
+		if s == thinker {
+			continue
+		}
+		s.ID = remap(s.ID)
+		for i, src := range s.InputSources {
+			if src == tid {
+				s.InputSources[i] = decode.ID
+			} else {
+				s.InputSources[i] = remap(src)
+			}
+		}
+		for i := range s.InputConnectors {
+			c := &s.InputConnectors[i]
+			if c.Stage == tid {
+				c.Stage = decode.ID
+			} else {
+				c.Stage = remap(c.Stage)
+			}
+		}
+		for i := range s.OutputConnectors {
+			s.OutputConnectors[i].Stage = remap(s.OutputConnectors[i].Stage)
+		}
+		downstream = append(downstream, s)
+	}
+
+	// Devices: prefill replicas, then decode replicas, then one set the
+	// downstream stages share, from the pool in order.
+	tp := thinker.TensorParallelSize
+	downSize := 0
+	for _, s := range downstream {
+		downSize = max(downSize, s.TensorParallelSize*s.NumReplicas)
+	}
+	lreq := topology.LayoutRequest{TensorParallelSize: tp, PrefillReplicas: prefill.NumReplicas, DecodeReplicas: decode.NumReplicas, DownstreamSize: downSize}
+	pool := req.devices
+	if pool == nil {
+		var named []int
+		for _, s := range doc.Stages {
+			named = append(named, s.Devices...)
+		}
+		pool = topology.DefaultPool(named, lreq.Needed())
+	}
+	layout, err := topology.AllocatePD(pool, lreq)
+	if err != nil {
+		at, path := req.devicesNode, "pd.devices"
+		if at == nil && req.devices != nil {
+			path = "--devices"
+		} else if at == nil {
+			at, path = thinker.src, fmt.Sprintf("stages[%d].devices", ti)
+		}
+		p.errs = append(p.errs, Error{Pos: posOf(at), Path: path, Msg: err.Error()})
+		return
+	}
+	if req.prefill.devices != nil {
+		layout.Prefill = chunk(req.prefill.devices, tp)
+	}
+	if req.decode.devices != nil {
+		layout.Decode = chunk(req.decode.devices, tp)
+	}
+
+	prefill.KV = injectKV(thinker.KV, spec, spec.producerRole, req)
+	decode.KV = injectKV(thinker.KV, spec, spec.consumerRole, req)
+	prefill.KV.EngineID = thinker.ModelStage + "-prefill"
+	decode.KV.EngineID = thinker.ModelStage + "-decode"
+
+	prefillPort := firstNonZero(req.prefill.port, req.port, spec.basePort)
+	decodePort := 0
+	if spec.decodeListens {
+		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas)
+	}
+	setReplicas(prefill, layout.Prefill, prefillPort, spec)
+	setReplicas(decode, layout.Decode, decodePort, spec)
+	for _, s := range downstream {
+		if layout.Downstream == nil {
+			continue
+		}
+		n := s.TensorParallelSize * s.NumReplicas
+		devs := layout.Downstream[:min(n, len(layout.Downstream))]
+		for i := range s.Replicas {
+			s.Replicas[i].Devices = slices.Clone(devs[min(i*s.TensorParallelSize, len(devs)):min((i+1)*s.TensorParallelSize, len(devs))])
+		}
+		s.Devices = unionDevices(s.Replicas)
+	}
+
+	stages := append([]*Stage{}, doc.Stages[:ti]...)
+	stages = append(stages, prefill, decode)
+	stages = append(stages, doc.Stages[ti+1:]...)
+	doc.Stages = stages
+	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries}
+}
+
+func firstNonZero(xs ...int) int {
+	for _, x := range xs {
+		if x != 0 {
+			return x
+		}
+	}
+	return 0
+}
+
+func chunk(devices []int, size int) [][]int {
+	var out [][]int
+	for i := 0; i+size <= len(devices); i += size {
+		out = append(out, slices.Clone(devices[i:i+size]))
+	}
+	if rem := len(devices) % size; rem != 0 || len(out) == 0 {
+		out = append(out, slices.Clone(devices[len(devices)-rem:]))
+	}
+	return out
+}
+
+func setReplicas(s *Stage, sets [][]int, basePort int, spec kvConnectorSpec) {
+	s.Replicas = make([]topology.Replica, s.NumReplicas)
+	for i := range s.Replicas {
+		r := &s.Replicas[i]
+		if i < len(sets) {
+			r.Devices = slices.Clone(sets[i])
+		}
+		r.EngineID = s.KV.EngineID
+		if s.NumReplicas > 1 {
+			r.EngineID = fmt.Sprintf("%s-%d", s.KV.EngineID, i)
+		}
+		if basePort > 0 {
+			r.KVPort = basePort + i
+		}
+	}
+	if basePort > 0 {
+		if spec.portInExtra {
+			if s.KV.ExtraConfig == nil {
+				s.KV.ExtraConfig = newMap(Pos{})
+			}
+			s.KV.ExtraConfig.Set(spec.portKey, newInt(basePort, Pos{}))
+		} else {
+			s.KV.Port = basePort
+		}
+	}
+	s.Endpoints = nil
+	s.Devices = unionDevices(s.Replicas)
+}
+
+// injectKV builds one side's kv_transfer_config: the Thinker's own settings
+// (if it had any), then the pd: section, then the connector's role.
+func injectKV(base *KVConfig, spec kvConnectorSpec, role string, req *pdRequest) *KVConfig {
+	kv := base.clone()
+	if kv == nil || kv.Connector != spec.name {
+		kv = &KVConfig{}
+	}
+	kv.Connector = spec.name
+	kv.Role = role
+	if req.bufferDevice != "" {
+		kv.BufferDevice = req.bufferDevice
+	} else if kv.BufferDevice == "" {
+		kv.BufferDevice = spec.bufferDevice
+	}
+	if req.bufferSize != nil {
+		kv.BufferSize = req.bufferSize.Clone()
+	}
+	if req.ip != "" {
+		kv.IP = req.ip
+	} else if kv.IP == "" {
+		kv.IP = spec.ip
+	}
+	if req.extra != nil {
+		kv.ExtraConfig = mergeNodes(kv.ExtraConfig, req.extra)
+	}
+	for _, e := range spec.extra {
+		if kv.ExtraConfig == nil {
+			kv.ExtraConfig = newMap(Pos{})
+		}
+		if kv.ExtraConfig.Get(e.key) == nil {
+			kv.ExtraConfig.Set(e.key, e.value())
+		}
+	}
+	return kv
+}
+
+func cloneStage(s *Stage) *Stage {
+	c := *s
+	c.InputSources = slices.Clone(s.InputSources)
+	c.Devices = slices.Clone(s.Devices)
+	c.Replicas = nil
+	for _, r := range s.Replicas {
+		r.Devices = slices.Clone(r.Devices)
+		c.Replicas = append(c.Replicas, r)
+	}
+	c.KV = s.KV.clone()
+	c.InputConnectors = slices.Clone(s.InputConnectors)
+	c.OutputConnectors = slices.Clone(s.OutputConnectors)
+	c.DefaultSamplingParams = s.DefaultSamplingParams.Clone()
+	c.Env = s.Env.Clone()
+	c.EngineArgs = s.EngineArgs.Clone()
+	c.Endpoints = slices.Clone(s.Endpoints)
+	return &c
+}

@@ -1,0 +1,428 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v4"
+)
+
+// Pos is where a value was written.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+func (p Pos) String() string {
+	if p.Line == 0 {
+		return p.File
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+}
+
+// Kind is the shape of a node.
+type Kind int
+
+// The node kinds.
+const (
+	KindNull Kind = iota
+	KindScalar
+	KindMap
+	KindSeq
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindScalar:
+		return "a scalar"
+	case KindMap:
+		return "a mapping"
+	case KindSeq:
+		return "a list"
+	default:
+		return "null"
+	}
+}
+
+// Node is a YAML value that remembers the file, line and column it came from,
+// so that errors found long after parsing (after overlays, migration and PD
+// expansion) still point at what the user wrote. Mappings keep key order.
+type Node struct {
+	Kind Kind
+	// Tag is the resolved YAML tag of a scalar: !!str, !!int, !!float, !!bool.
+	Tag   string
+	Value string
+	// Keys and Values hold a mapping's entries in order; Items a list's.
+	Keys   []*Node
+	Values []*Node
+	Items  []*Node
+	Pos    Pos
+}
+
+// maxNodes bounds the tree built from one document, so that alias expansion
+// ("billion laughs") cannot exhaust memory.
+const maxNodes = 1 << 20
+
+// parseYAML parses one YAML document into a Node tree. An empty document is a
+// null node.
+func parseYAML(file string, data []byte) (*Node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, yamlSyntaxError(file, err)
+	}
+	if doc.Kind == 0 {
+		return &Node{Kind: KindNull, Pos: Pos{File: file, Line: 1, Col: 1}}, nil
+	}
+	c := converter{file: file}
+	root := &doc
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return &Node{Kind: KindNull, Pos: Pos{File: file, Line: 1, Col: 1}}, nil
+		}
+		root = doc.Content[0]
+	}
+	n, err := c.convert(root, 0)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func yamlSyntaxError(file string, err error) error {
+	var le *yaml.LoadError
+	if errors.As(err, &le) {
+		msg := le.Message
+		if le.ContextMsg != "" {
+			msg = le.ContextMsg + ": " + msg
+		}
+		return Errors{{Pos: Pos{File: file, Line: le.Mark.Line, Col: le.Mark.Column}, Msg: "invalid YAML: " + msg}}
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(num); err == nil {
+				line, msg = l, strings.TrimSpace(tail)
+			}
+		}
+	}
+	return Errors{{Pos: Pos{File: file, Line: line, Col: 1}, Msg: "invalid YAML: " + msg}}
+}
+
+type converter struct {
+	file  string
+	count int
+}
+
+func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
+	c.count++
+	if c.count > maxNodes || depth > 200 {
+		return nil, Errors{{Pos: Pos{File: c.file, Line: y.Line, Col: y.Column}, Msg: "document too large or too deeply nested (aliases expand to too many values)"}}
+	}
+	pos := Pos{File: c.file, Line: y.Line, Col: y.Column}
+	switch y.Kind {
+	case yaml.AliasNode:
+		if y.Alias == nil {
+			return &Node{Kind: KindNull, Pos: pos}, nil
+		}
+		n, err := c.convert(y.Alias, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	case yaml.ScalarNode:
+		if y.Tag == "!!null" {
+			return &Node{Kind: KindNull, Pos: pos}, nil
+		}
+		return &Node{Kind: KindScalar, Tag: y.Tag, Value: y.Value, Pos: pos}, nil
+	case yaml.SequenceNode:
+		n := &Node{Kind: KindSeq, Pos: pos}
+		for _, item := range y.Content {
+			v, err := c.convert(item, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			n.Items = append(n.Items, v)
+		}
+		return n, nil
+	case yaml.MappingNode:
+		n := &Node{Kind: KindMap, Pos: pos}
+		var merges []*Node
+		for i := 0; i+1 < len(y.Content); i += 2 {
+			k, err := c.convert(y.Content[i], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			v, err := c.convert(y.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if y.Content[i].Tag == "!!merge" {
+				merges = append(merges, v)
+				continue
+			}
+			if k.Kind != KindScalar {
+				return nil, Errors{{Pos: k.Pos, Msg: "mapping keys must be scalars"}}
+			}
+			if n.Get(k.Value) != nil {
+				return nil, Errors{{Pos: k.Pos, Msg: fmt.Sprintf("key %q is defined twice", k.Value)}}
+			}
+			n.Keys = append(n.Keys, k)
+			n.Values = append(n.Values, v)
+		}
+		// YAML merge keys: explicit entries win over merged ones.
+		for _, m := range merges {
+			sources := []*Node{m}
+			if m.Kind == KindSeq {
+				sources = m.Items
+			}
+			for _, src := range sources {
+				if src.Kind != KindMap {
+					return nil, Errors{{Pos: src.Pos, Msg: "a merge key (<<) must refer to a mapping"}}
+				}
+				for i, k := range src.Keys {
+					if n.Get(k.Value) == nil {
+						n.Keys = append(n.Keys, k)
+						n.Values = append(n.Values, src.Values[i])
+					}
+				}
+			}
+		}
+		return n, nil
+	}
+	return &Node{Kind: KindNull, Pos: pos}, nil
+}
+
+// Get returns the value under key in a mapping, or nil.
+func (n *Node) Get(key string) *Node {
+	if n == nil || n.Kind != KindMap {
+		return nil
+	}
+	for i, k := range n.Keys {
+		if k.Value == key {
+			return n.Values[i]
+		}
+	}
+	return nil
+}
+
+// KeyNode returns the key node for key in a mapping, or nil.
+func (n *Node) KeyNode(key string) *Node {
+	if n == nil || n.Kind != KindMap {
+		return nil
+	}
+	for _, k := range n.Keys {
+		if k.Value == key {
+			return k
+		}
+	}
+	return nil
+}
+
+// Set replaces the value under key, or appends the entry.
+func (n *Node) Set(key string, v *Node) {
+	for i, k := range n.Keys {
+		if k.Value == key {
+			n.Values[i] = v
+			return
+		}
+	}
+	n.Keys = append(n.Keys, &Node{Kind: KindScalar, Tag: "!!str", Value: key, Pos: v.Pos})
+	n.Values = append(n.Values, v)
+}
+
+// Delete removes key from a mapping.
+func (n *Node) Delete(key string) {
+	for i, k := range n.Keys {
+		if k.Value == key {
+			n.Keys = append(n.Keys[:i:i], n.Keys[i+1:]...)
+			n.Values = append(n.Values[:i:i], n.Values[i+1:]...)
+			return
+		}
+	}
+}
+
+// Clone returns a deep copy of n.
+func (n *Node) Clone() *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.Keys = cloneAll(n.Keys)
+	c.Values = cloneAll(n.Values)
+	c.Items = cloneAll(n.Items)
+	return &c
+}
+
+func cloneAll(ns []*Node) []*Node {
+	if ns == nil {
+		return nil
+	}
+	out := make([]*Node, len(ns))
+	for i, n := range ns {
+		out[i] = n.Clone()
+	}
+	return out
+}
+
+// Helpers that build nodes for generated values. Generated values carry the
+// position of what they were derived from.
+
+func newMap(pos Pos) *Node { return &Node{Kind: KindMap, Pos: pos} }
+
+func newSeq(pos Pos) *Node { return &Node{Kind: KindSeq, Pos: pos} }
+
+func newNull(pos Pos) *Node { return &Node{Kind: KindNull, Pos: pos} }
+
+func newStr(s string, pos Pos) *Node {
+	return &Node{Kind: KindScalar, Tag: "!!str", Value: s, Pos: pos}
+}
+
+func newInt(i int, pos Pos) *Node {
+	return &Node{Kind: KindScalar, Tag: "!!int", Value: strconv.Itoa(i), Pos: pos}
+}
+
+func newBool(b bool, pos Pos) *Node {
+	return &Node{Kind: KindScalar, Tag: "!!bool", Value: strconv.FormatBool(b), Pos: pos}
+}
+
+// mergeNodes overlays over onto base: mappings merge key by key (recursively),
+// anything else is replaced by the overlay. Neither input is modified.
+func mergeNodes(base, over *Node) *Node {
+	if base == nil {
+		return over.Clone()
+	}
+	if over == nil {
+		return base.Clone()
+	}
+	if base.Kind != KindMap || over.Kind != KindMap {
+		return over.Clone()
+	}
+	out := base.Clone()
+	for i, k := range over.Keys {
+		out.Set(k.Value, mergeNodes(out.Get(k.Value), over.Values[i]))
+	}
+	return out
+}
+
+// scalarValue returns the Go value of a scalar for JSON output.
+func (n *Node) scalarValue() any {
+	switch n.Tag {
+	case "!!int":
+		if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil {
+			return i
+		}
+	case "!!float":
+		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+		}
+	case "!!bool":
+		if b, err := strconv.ParseBool(strings.ToLower(n.Value)); err == nil {
+			return b
+		}
+	}
+	return n.Value
+}
+
+// toYAML converts n into a yaml.Node for printing.
+func (n *Node) toYAML() *yaml.Node {
+	switch n.Kind {
+	case KindScalar:
+		tag := n.Tag
+		if tag == "" {
+			tag = "!!str"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: n.Value}
+	case KindMap:
+		y := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		for i, k := range n.Keys {
+			y.Content = append(y.Content, k.toYAML(), n.Values[i].toYAML())
+		}
+		if len(n.Keys) == 0 {
+			y.Style = yaml.FlowStyle
+		}
+		return y
+	case KindSeq:
+		y := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		allScalar := true
+		for _, it := range n.Items {
+			y.Content = append(y.Content, it.toYAML())
+			if it.Kind != KindScalar {
+				allScalar = false
+			}
+		}
+		if allScalar {
+			y.Style = yaml.FlowStyle
+		}
+		return y
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+}
+
+// MarshalYAML prints n as a YAML document with two-space indentation.
+func (n *Node) MarshalYAML() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(n.toYAML()); err != nil {
+		return nil, fmt.Errorf("encode YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// MarshalJSON prints n as JSON, keeping mapping order.
+func (n *Node) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := n.writeJSON(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (n *Node) writeJSON(buf *bytes.Buffer) error {
+	switch n.Kind {
+	case KindScalar:
+		b, err := json.Marshal(n.scalarValue())
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	case KindMap:
+		buf.WriteByte('{')
+		for i, k := range n.Keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			b, _ := json.Marshal(k.Value)
+			buf.Write(b)
+			buf.WriteByte(':')
+			if err := n.Values[i].writeJSON(buf); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case KindSeq:
+		buf.WriteByte('[')
+		for i, it := range n.Items {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := it.writeJSON(buf); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	default:
+		buf.WriteString("null")
+	}
+	return nil
+}

@@ -1,0 +1,618 @@
+package deploy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/omnipd/omnipd/topology"
+)
+
+// Top-level keys omnipd interprets. Any other top-level key is a
+// pipeline-wide engine setting applied to every stage that does not set it.
+var topKnownKeys = []string{"pipeline", "async_chunk", "connectors", "stages", "pd", "edges"}
+
+// Stage keys omnipd interprets. Any other stage key is an engine argument.
+var stageKnownKeys = []string{
+	"stage_id", "model_stage", "is_prefill_only", "is_decode_only", "input_sources",
+	"engine_input_source", "final_output", "final_output_type", "devices", "tensor_parallel_size",
+	"num_replicas", "replicas", "endpoints", "kv_transfer_config", "input_connectors",
+	"output_connectors", "default_sampling_params", "env", "async_chunk", "engine_args", "runtime",
+}
+
+// rawStage is a stage as written, before the pipeline fills it in.
+type rawStage struct {
+	node         *Node
+	path         string
+	id           int
+	idOK         bool
+	modelStage   string
+	prefillOnly  bool
+	decodeOnly   bool
+	inputSources []int
+	hasInputs    bool
+	finalOutput  *bool
+	finalType    string
+	devices      []int
+	tp           int
+	numReplicas  int
+	replicas     []topology.Replica
+	hasReplicas  bool
+	endpoints    []string
+	kv           *KVConfig
+	inConns      []StageConnector
+	outConns     []StageConnector
+	sampling     *Node
+	env          *Node
+	asyncChunk   *bool
+	engineArgs   *Node
+}
+
+func resolve(root *Node, opts Options, p *problems) *Document {
+	doc := &Document{AsyncChunk: false}
+	pipelineName := DefaultPipeline
+	pipelineNode := root
+	var stagesNode, pdNode *Node
+	pipelineWide := newMap(root.Pos)
+	for i, k := range root.Keys {
+		v := root.Values[i]
+		switch k.Value {
+		case "pipeline":
+			if s, ok := p.strOf(v, "pipeline"); ok {
+				pipelineName, pipelineNode = s, v
+			}
+		case "async_chunk":
+			doc.AsyncChunk, _ = p.boolOf(v, "async_chunk")
+		case "connectors":
+			doc.Connectors = p.connectorsOf(v)
+		case "stages":
+			stagesNode = v
+		case "pd":
+			pdNode = v
+		case "edges":
+			p.warnf(k, "edges", "ignored: edges follow from each stage's input sources")
+		default:
+			if s := closest(k.Value, topKnownKeys); s != "" && editDistance(k.Value, s) <= 1 {
+				p.warnf(k, k.Value, "unknown key %q is applied to every stage as an engine argument; did you mean %q?", k.Value, s)
+			}
+			pipelineWide.Set(k.Value, v)
+		}
+	}
+	pipe, ok := LookupPipeline(pipelineName)
+	if !ok {
+		p.errorf(pipelineNode, "pipeline", "unknown pipeline %q; omnipd has %s", pipelineName, quoteAll(Pipelines()))
+		return nil
+	}
+	if stagesNode == nil {
+		p.errorf(root, "stages", "missing: a deploy config needs a stages: list")
+		return nil
+	}
+	if stagesNode.Kind != KindSeq || len(stagesNode.Items) == 0 {
+		p.errorf(stagesNode, "stages", "want a non-empty list of stages, got %s", describe(stagesNode))
+		return nil
+	}
+	var raws []*rawStage
+	seen := map[int]*rawStage{}
+	for i, sn := range stagesNode.Items {
+		r := p.rawStageOf(sn, fmt.Sprintf("stages[%d]", i))
+		if r == nil {
+			continue
+		}
+		if prev, dup := seen[r.id]; dup && r.idOK {
+			p.errorf(r.node.Get("stage_id"), r.path+".stage_id", "stage %d is defined twice (first at %s)", r.id, prev.node.Pos)
+			continue
+		}
+		seen[r.id] = r
+		raws = append(raws, r)
+	}
+	slices.SortStableFunc(raws, func(a, b *rawStage) int { return a.id - b.id })
+
+	// Keep going after mistakes in single fields: the stages still resolve
+	// with defaults in their place, and the topology check finds the rest.
+	pd := p.pdOf(pdNode, opts)
+	doc.Stages = p.applyPipeline(pipe, pipelineNode, raws, pipelineWide, doc)
+	if doc.Stages == nil {
+		return nil
+	}
+	if pd != nil {
+		before := len(p.errs)
+		expandPD(doc, pd, p)
+		if len(p.errs) > before {
+			return nil
+		}
+	} else if doc.Disaggregated() {
+		doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries}
+	}
+	p.validate(doc)
+	return doc
+}
+
+// Disaggregated reports whether d has a prefill or decode stage.
+func (d *Document) Disaggregated() bool {
+	for _, s := range d.Stages {
+		if s.Role != topology.RoleFull {
+			return true
+		}
+	}
+	return false
+}
+
+func pdConnectorOf(d *Document) string {
+	for _, s := range d.Stages {
+		if s.Role == topology.RolePrefill && s.KV != nil {
+			return s.KV.Connector
+		}
+	}
+	return ""
+}
+
+func (p *problems) connectorsOf(n *Node) []Connector {
+	if n.Kind == KindNull || !p.mapOf(n, "connectors") {
+		return nil
+	}
+	var out []Connector
+	for i, k := range n.Keys {
+		v := n.Values[i]
+		path := "connectors." + k.Value
+		if !p.mapOf(v, path) {
+			continue
+		}
+		c := Connector{Name: k.Value}
+		for j, ck := range v.Keys {
+			cv := v.Values[j]
+			switch ck.Value {
+			case "name":
+				c.Class, _ = p.strOf(cv, path+".name")
+			case "extra":
+				if cv.Kind != KindNull && p.mapOf(cv, path+".extra") {
+					c.Extra = cv.Clone()
+				}
+			default:
+				p.unknownKey(ck, path+"."+ck.Value, []string{"name", "extra"})
+			}
+		}
+		if c.Class == "" {
+			p.errorf(v, path+".name", "missing: the connector class, e.g. SharedMemoryConnector")
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (p *problems) rawStageOf(n *Node, path string) *rawStage {
+	if !p.mapOf(n, path) {
+		return nil
+	}
+	r := &rawStage{node: n, path: path, engineArgs: newMap(n.Pos)}
+	idNode := n.Get("stage_id")
+	if idNode == nil {
+		p.errorf(n, path+".stage_id", "missing: every stage needs a stage_id")
+	} else if id, ok := p.nonNegIntOf(idNode, path+".stage_id"); ok {
+		r.id, r.idOK = id, true
+	}
+	// runtime: and engine_args: are vllm-omni's nested spellings of stage
+	// keys; flatten them first so that the stage's own keys win.
+	flat := newMap(n.Pos)
+	for _, nested := range []string{"engine_args", "runtime"} {
+		if v := n.Get(nested); v != nil && v.Kind != KindNull && p.mapOf(v, path+"."+nested) {
+			for i, k := range v.Keys {
+				flat.Keys = append(flat.Keys, k)
+				flat.Values = append(flat.Values, v.Values[i])
+			}
+		}
+	}
+	for i, k := range n.Keys {
+		if k.Value == "engine_args" || k.Value == "runtime" {
+			continue
+		}
+		if flat.Get(k.Value) != nil {
+			flat.Delete(k.Value)
+		}
+		flat.Keys = append(flat.Keys, k)
+		flat.Values = append(flat.Values, n.Values[i])
+	}
+	for i, k := range flat.Keys {
+		v := flat.Values[i]
+		fp := path + "." + k.Value
+		switch k.Value {
+		case "stage_id":
+		case "model_stage":
+			r.modelStage, _ = p.strOf(v, fp)
+		case "is_prefill_only":
+			r.prefillOnly, _ = p.boolOf(v, fp)
+		case "is_decode_only":
+			r.decodeOnly, _ = p.boolOf(v, fp)
+		case "input_sources", "engine_input_source":
+			r.inputSources, _ = p.intListOf(v, fp)
+			r.hasInputs = true
+		case "final_output":
+			if b, ok := p.boolOf(v, fp); ok {
+				r.finalOutput = &b
+			}
+		case "final_output_type":
+			if v.Kind != KindNull {
+				r.finalType, _ = p.strOf(v, fp)
+			}
+		case "devices":
+			r.devices, _ = p.devicesOf(v, fp)
+		case "tensor_parallel_size":
+			if tp, ok := p.intOf(v, fp); ok {
+				if tp < 1 {
+					p.errorf(v, fp, "want at least 1, got %d", tp)
+				}
+				r.tp = tp
+			}
+		case "num_replicas":
+			if nr, ok := p.intOf(v, fp); ok {
+				if nr < 1 {
+					p.errorf(v, fp, "want at least 1, got %d", nr)
+				}
+				r.numReplicas = nr
+			}
+		case "replicas":
+			r.replicas = p.replicasOf(v, fp)
+			r.hasReplicas = true
+		case "endpoints":
+			r.endpoints, _ = p.stringListOf(v, fp)
+		case "kv_transfer_config":
+			r.kv = p.kvConfigOf(v, fp)
+		case "input_connectors":
+			r.inConns = p.stageConnectorsOf(v, fp, "from_stage_")
+		case "output_connectors":
+			r.outConns = p.stageConnectorsOf(v, fp, "to_stage_")
+		case "default_sampling_params":
+			if v.Kind != KindNull && p.mapOf(v, fp) {
+				r.sampling = v.Clone()
+			}
+		case "env":
+			if v.Kind != KindNull && p.mapOf(v, fp) {
+				for j, ek := range v.Keys {
+					if ev := v.Values[j]; ev.Kind != KindScalar {
+						p.errorf(ev, fp+"."+ek.Value, "want a string value, got %s", describe(ev))
+					}
+				}
+				r.env = v.Clone()
+			}
+		case "async_chunk":
+			if b, ok := p.boolOf(v, fp); ok {
+				r.asyncChunk = &b
+			}
+		default:
+			if s := closest(k.Value, stageKnownKeys); s != "" {
+				p.warnf(k, fp, "unknown key %q is passed to the engine as an argument; did you mean %q?", k.Value, s)
+			}
+			r.engineArgs.Set(k.Value, v.Clone())
+		}
+	}
+	if r.prefillOnly && r.decodeOnly {
+		p.errorf(n.Get("is_decode_only"), path+".is_decode_only", "a stage cannot be both is_prefill_only and is_decode_only")
+	}
+	return r
+}
+
+func (p *problems) replicasOf(n *Node, path string) []topology.Replica {
+	if n.Kind != KindSeq {
+		p.errorf(n, path, "want a list of replicas, got %s", describe(n))
+		return nil
+	}
+	var out []topology.Replica
+	for i, it := range n.Items {
+		rp := fmt.Sprintf("%s[%d]", path, i)
+		if !p.mapOf(it, rp) {
+			continue
+		}
+		var r topology.Replica
+		for j, k := range it.Keys {
+			v := it.Values[j]
+			fp := rp + "." + k.Value
+			switch k.Value {
+			case "devices":
+				r.Devices, _ = p.devicesOf(v, fp)
+			case "engine_id":
+				r.EngineID, _ = p.strOf(v, fp)
+			case "kv_port":
+				if port, ok := p.intOf(v, fp); ok {
+					if port < 0 || port > 65535 {
+						p.errorf(v, fp, "port %d is outside 0-65535", port)
+					}
+					r.KVPort = port
+				}
+			case "endpoint":
+				r.Endpoint, _ = p.strOf(v, fp)
+			default:
+				p.unknownKey(k, fp, []string{"devices", "engine_id", "kv_port", "endpoint"})
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// applyPipeline matches each stage to its pipeline stage, picks the pipeline
+// variant the stages make up, detects prefill/decode roles and fills in what
+// the pipeline owns.
+func (p *problems) applyPipeline(pipe *Pipeline, pipeNode *Node, raws []*rawStage, pipelineWide *Node, doc *Document) []*Stage {
+	thinker := ""
+	for _, ps := range pipe.Stages {
+		if ps.Disaggregatable() {
+			thinker = ps.ModelStage
+		}
+	}
+	// A stage that says it is a prefill or decode, or carries a producer or
+	// consumer KV role, is a copy of the Thinker.
+	pdMarked := func(r *rawStage) bool {
+		return r.prefillOnly || r.decodeOnly ||
+			(r.kv != nil && (r.kv.Role == topology.KVProducer || r.kv.Role == topology.KVConsumer))
+	}
+	var thinkerIDs []int
+	for _, r := range raws {
+		if r.modelStage == thinker && thinker != "" || r.modelStage == "" && pdMarked(r) {
+			thinkerIDs = append(thinkerIDs, r.id)
+		}
+	}
+	var modelStages []string
+	for _, r := range raws {
+		switch {
+		case r.modelStage != "":
+			if _, ok := pipe.stage(r.modelStage); !ok {
+				if full := fullPipelineOf(pipe); full != nil {
+					if _, ok := full.stage(r.modelStage); ok {
+						break
+					}
+				}
+				var names []string
+				for _, s := range fullPipelineOf(pipe).Stages {
+					names = append(names, s.ModelStage)
+				}
+				p.errorf(r.node.Get("model_stage"), r.path+".model_stage", "pipeline %s has no model stage %q; it has %s", pipe.Name, r.modelStage, quoteAll(names))
+				r.modelStage = ""
+				continue
+			}
+		case pdMarked(r) && thinker != "":
+			r.modelStage = thinker
+		default:
+			// Without model_stage a stage is matched by its id, counting the
+			// extra stage a PD split adds before it.
+			shift := 0
+			for _, id := range thinkerIDs {
+				if id < r.id {
+					shift++
+				}
+			}
+			pid := r.id - max(0, shift-1)
+			ps, ok := fullPipelineOf(pipe).stageByID(pid)
+			if !ok {
+				p.errorf(r.node.Get("stage_id"), r.path+".stage_id", "pipeline %s has no stage %d; set model_stage to say which stage this is", pipe.Name, pid)
+				continue
+			}
+			r.modelStage = ps.ModelStage
+		}
+		modelStages = append(modelStages, r.modelStage)
+	}
+	if len(modelStages) != len(raws) {
+		return nil
+	}
+	variant := variantFor(fullPipelineOf(pipe), modelStages)
+	if variant == nil {
+		var have []string
+		for _, s := range fullPipelineOf(pipe).Stages {
+			have = append(have, s.ModelStage)
+		}
+		p.errorf(pipeNode, "stages", "the stages are %s, which pipeline %s does not have as a variant; it has %s (or only the Thinker)", quoteAll(modelStages), pipe.Name, quoteAll(have))
+		return nil
+	}
+	doc.Pipeline = variant.Name
+
+	// Roles. Explicit flags win; otherwise, when the Thinker appears twice,
+	// the KV roles say which copy is which.
+	roles := map[*rawStage]topology.Role{}
+	var copies []*rawStage
+	for _, r := range raws {
+		if r.modelStage == thinker {
+			copies = append(copies, r)
+		}
+	}
+	for _, r := range copies {
+		switch {
+		case r.prefillOnly:
+			roles[r] = topology.RolePrefill
+		case r.decodeOnly:
+			roles[r] = topology.RoleDecode
+		case len(copies) > 1 && r.kv != nil && r.kv.Role == topology.KVProducer:
+			roles[r] = topology.RolePrefill
+		case len(copies) > 1 && r.kv != nil && r.kv.Role == topology.KVConsumer:
+			roles[r] = topology.RoleDecode
+		}
+	}
+	if len(copies) == 2 {
+		// kv_both on both copies: the one that reads from the other decodes.
+		a, b := copies[0], copies[1]
+		if _, ok := roles[a]; !ok {
+			if _, ok := roles[b]; !ok && a.kv != nil && b.kv != nil {
+				if slices.Contains(a.inputSources, b.id) {
+					roles[a], roles[b] = topology.RoleDecode, topology.RolePrefill
+				} else {
+					roles[a], roles[b] = topology.RolePrefill, topology.RoleDecode
+				}
+			}
+		}
+	}
+	if len(copies) > 1 {
+		for _, r := range copies {
+			if _, ok := roles[r]; !ok {
+				p.errorf(r.node, r.path, "the Thinker appears %d times but this copy is neither a prefill nor a decode: set is_prefill_only or is_decode_only, or kv_transfer_config.kv_role", len(copies))
+			}
+		}
+	}
+
+	// Where each pipeline stage's output now comes from: the Thinker's from
+	// its decode copy when disaggregated.
+	idOf := map[string]int{}
+	var prefillID = -1
+	for _, r := range raws {
+		switch roles[r] {
+		case topology.RolePrefill:
+			prefillID = r.id
+		case topology.RoleDecode, topology.RoleFull:
+			if _, taken := idOf[r.modelStage]; !taken || roles[r] == topology.RoleDecode {
+				idOf[r.modelStage] = r.id
+			}
+		}
+	}
+
+	var out []*Stage
+	for _, r := range raws {
+		ps, _ := variant.stage(r.modelStage)
+		s := &Stage{
+			ID:               r.id,
+			ModelStage:       r.modelStage,
+			ExecutionType:    ps.ExecutionType,
+			EngineOutputType: ps.EngineOutputType,
+			Role:             roles[r],
+			FinalOutput:      ps.FinalOutput,
+			FinalOutputType:  ps.FinalOutputType,
+			KV:               r.kv,
+			InputConnectors:  r.inConns,
+			OutputConnectors: r.outConns,
+			Env:              r.env,
+			AsyncChunk:       r.asyncChunk,
+			Endpoints:        r.endpoints,
+			disaggregatable:  ps.Disaggregatable(),
+			src:              r.node,
+		}
+		switch {
+		case r.hasInputs:
+			s.InputSources = r.inputSources
+		case s.Role == topology.RolePrefill:
+			s.InputSources = []int{}
+		case s.Role == topology.RoleDecode:
+			s.InputSources = []int{prefillID}
+		default:
+			s.InputSources = []int{}
+			for _, src := range ps.InputSources {
+				if from, ok := variant.stageByID(src); ok {
+					if id, ok := idOf[from.ModelStage]; ok {
+						s.InputSources = append(s.InputSources, id)
+					}
+				}
+			}
+		}
+		if s.Role == topology.RolePrefill {
+			s.FinalOutput, s.FinalOutputType = false, ""
+		}
+		if r.finalOutput != nil {
+			s.FinalOutput = *r.finalOutput
+		}
+		if r.finalType != "" {
+			s.FinalOutputType = r.finalType
+		}
+		if !s.FinalOutput {
+			s.FinalOutputType = ""
+		}
+		s.DefaultSamplingParams = r.sampling
+		if s.DefaultSamplingParams == nil {
+			s.DefaultSamplingParams = newMap(r.node.Pos)
+		}
+		for _, c := range ps.SamplingConstraints {
+			s.DefaultSamplingParams.Set(c.key, c.value())
+		}
+		s.EngineArgs = r.engineArgs
+		for i, k := range pipelineWide.Keys {
+			if s.EngineArgs.Get(k.Value) == nil {
+				s.EngineArgs.Set(k.Value, pipelineWide.Values[i].Clone())
+			}
+		}
+		s.TensorParallelSize = max(r.tp, 1)
+		if r.tp == 0 && len(r.devices) > 0 && !r.hasReplicas {
+			// vllm-omni configs often set devices without
+			// tensor_parallel_size; TP defaults to 1 there too.
+			s.TensorParallelSize = 1
+		}
+		if s.KV != nil && s.KV.EngineID == "" && s.Role != topology.RoleFull {
+			s.KV.EngineID = s.ModelStage + "-" + s.Role.String()
+		}
+		p.resolveReplicas(s, r)
+		out = append(out, s)
+	}
+	return out
+}
+
+func fullPipelineOf(p *Pipeline) *Pipeline {
+	for _, q := range pipelines {
+		if q.Family == p.Family && q.Name == q.Family {
+			return q
+		}
+	}
+	return p
+}
+
+// resolveReplicas fills in the stage's instances: explicit replicas: as
+// written, otherwise devices split tensor_parallel_size at a time, engine ids
+// suffixed with the replica index when there are several, and KV ports
+// counted up from the stage's base port.
+func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
+	s.NumReplicas = r.numReplicas
+	if r.hasReplicas {
+		if s.NumReplicas == 0 {
+			s.NumReplicas = len(r.replicas)
+		}
+		if len(r.replicas) != s.NumReplicas {
+			p.errorf(r.node.Get("replicas"), r.path+".replicas", "lists %d replicas but num_replicas is %d", len(r.replicas), s.NumReplicas)
+		}
+		s.Replicas = r.replicas
+	} else {
+		if s.NumReplicas == 0 {
+			s.NumReplicas = max(1, len(r.endpoints))
+		}
+		tp := s.TensorParallelSize
+		base := kvBasePort(s.KV)
+		for i := range s.NumReplicas {
+			var rep topology.Replica
+			switch {
+			case len(r.devices) == tp*s.NumReplicas:
+				rep.Devices = slices.Clone(r.devices[i*tp : (i+1)*tp])
+			case len(r.devices) > 0:
+				rep.Devices = slices.Clone(r.devices)
+			}
+			if s.KV != nil && s.KV.EngineID != "" {
+				rep.EngineID = s.KV.EngineID
+				if s.NumReplicas > 1 {
+					rep.EngineID += "-" + strconv.Itoa(i)
+				}
+			}
+			if base > 0 {
+				rep.KVPort = base + i
+			}
+			s.Replicas = append(s.Replicas, rep)
+		}
+	}
+	if len(r.endpoints) > 0 {
+		if len(r.endpoints) != len(s.Replicas) {
+			p.errorf(r.node.Get("endpoints"), r.path+".endpoints", "lists %d endpoints for %d replicas; give one base URL per replica", len(r.endpoints), len(s.Replicas))
+		}
+		for i := range min(len(r.endpoints), len(s.Replicas)) {
+			if s.Replicas[i].Endpoint == "" {
+				s.Replicas[i].Endpoint = r.endpoints[i]
+			}
+		}
+	}
+	s.Endpoints = nil
+	for _, rep := range s.Replicas {
+		if rep.Endpoint != "" {
+			s.Endpoints = append(s.Endpoints, rep.Endpoint)
+		}
+	}
+	s.Devices = unionDevices(s.Replicas)
+}
+
+func unionDevices(reps []topology.Replica) []int {
+	var out []int
+	for _, r := range reps {
+		for _, d := range r.Devices {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+// Package topology owns the resolved, immutable stage graph of an omni
+// pipeline: stage ids, model stages, prefill/decode roles, input sources,
+// stage connectors, final outputs, device sets and replicas. It detects the
+// prefill/decode pair, allocates devices, and checks every invariant a
+// topology must hold before anything is served.
+//
+// The package is pure: it does no IO, starts no goroutines and knows nothing
+// about files. Violations name a stage and a field path relative to it; the
+// loader that built the topology maps them back to file positions.
+package topology
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Role says which part of the Thinker's work a stage does.
+type Role int
+
+const (
+	// RoleFull is a stage that is not disaggregated: it prefills and decodes.
+	RoleFull Role = iota
+	// RolePrefill builds the prompt's KV cache and hands it to the decode stage.
+	RolePrefill
+	// RoleDecode imports the prompt's KV cache and generates.
+	RoleDecode
+)
+
+func (r Role) String() string {
+	switch r {
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	default:
+		return "full"
+	}
+}
+
+// KV roles as vLLM's KVTransferConfig spells them.
+const (
+	KVProducer = "kv_producer"
+	KVConsumer = "kv_consumer"
+	KVBoth     = "kv_both"
+)
+
+// Output types a final stage can produce.
+const (
+	OutputText  = "text"
+	OutputAudio = "audio"
+	OutputImage = "image"
+)
+
+// KVTransfer is the part of a stage's vLLM KVTransferConfig that the topology
+// reasons about. Connector-specific settings stay with the loader.
+type KVTransfer struct {
+	Connector    string
+	Role         string
+	EngineID     string
+	BufferDevice string
+	// BufferSize is kept as written ("1e9", 5e9, ...) so that equal settings
+	// compare equal whatever their spelling of the number.
+	BufferSize string
+}
+
+// Replica is one running instance of a stage.
+type Replica struct {
+	// Devices are the accelerator ids this instance uses; len == TensorParallelSize.
+	Devices []int
+	// EngineID is the instance's KV engine id (empty for stages without KV transfer).
+	EngineID string
+	// KVPort is the instance's KV side-channel port (Mooncake bootstrap, NIXL
+	// side channel, reference connector listener); 0 when the connector has none.
+	KVPort int
+	// Endpoint is the base URL of an already-running engine; empty when omnipd starts it.
+	Endpoint string
+}
+
+// Stage is one node of the pipeline graph.
+type Stage struct {
+	ID         int
+	ModelStage string
+	Role       Role
+	// InputSources are the ids of the stages whose output this stage consumes.
+	InputSources []int
+	FinalOutput  bool
+	// FinalOutputType is "text", "audio" or "image" when FinalOutput is set.
+	FinalOutputType    string
+	TensorParallelSize int
+	NumReplicas        int
+	// Devices is the union of the replicas' devices, in order.
+	Devices  []int
+	Replicas []Replica
+	// KV is nil for stages that take part in no KV transfer.
+	KV *KVTransfer
+	// InputConnectors maps a source stage id to a connector name.
+	InputConnectors map[int]string
+	// OutputConnectors maps a destination stage id to a connector name.
+	OutputConnectors map[int]string
+	// DisaggregationCapable is true for stages that may be split into
+	// prefill and decode (the pipeline's autoregressive, tokenizer-owning LLM).
+	DisaggregationCapable bool
+}
+
+// Topology is the resolved stage graph.
+type Topology struct {
+	Stages []Stage
+	// Connectors are the names of the stage connectors the deploy config defines.
+	Connectors []string
+}
+
+// StageIndex returns the position in t.Stages of the stage with the given id, or -1.
+func (t *Topology) StageIndex(id int) int {
+	return slices.IndexFunc(t.Stages, func(s Stage) bool { return s.ID == id })
+}
+
+// PDPair returns the indices in t.Stages of the prefill and decode stages.
+// ok is false unless there is exactly one of each.
+func (t *Topology) PDPair() (prefill, decode int, ok bool) {
+	prefill, decode = -1, -1
+	np, nd := 0, 0
+	for i, s := range t.Stages {
+		switch s.Role {
+		case RolePrefill:
+			prefill = i
+			np++
+		case RoleDecode:
+			decode = i
+			nd++
+		}
+	}
+	return prefill, decode, np == 1 && nd == 1
+}
+
+// Disaggregated reports whether any stage has a prefill or decode role.
+func (t *Topology) Disaggregated() bool {
+	for _, s := range t.Stages {
+		if s.Role != RoleFull {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseDevices parses a device list as deploy configs write it: "0,1",
+// "0-3", "2" (ranges inclusive). An empty string is an empty set.
+func ParseDevices(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(strings.TrimSpace(lo))
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("device %q is not a non-negative integer", part)
+		}
+		b := a
+		if isRange {
+			b, err = strconv.Atoi(strings.TrimSpace(hi))
+			if err != nil || b < a {
+				return nil, fmt.Errorf("device range %q is not of the form LOW-HIGH", part)
+			}
+		}
+		for d := a; d <= b; d++ {
+			if slices.Contains(out, d) {
+				return nil, fmt.Errorf("device %d listed twice", d)
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// FormatDevices writes a device set the way deploy configs do: "0,1,2".
+func FormatDevices(devices []int) string {
+	parts := make([]string, len(devices))
+	for i, d := range devices {
+		parts[i] = strconv.Itoa(d)
+	}
+	return strings.Join(parts, ",")
+}

@@ -176,6 +176,11 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 		return
 	}
 	thinker := doc.Stages[ti]
+	if len(thinker.Endpoints) > 0 {
+		p.errorf(locate(thinker.src, "endpoints"), fmt.Sprintf("stages[%d].endpoints", ti),
+			"the Thinker runs at given endpoints, so omnipd cannot split it; write its prefill and decode stages (is_prefill_only, is_decode_only) with their own endpoints")
+		return
+	}
 	connector := req.connector
 	if connector == "" && thinker.KV != nil && thinker.KV.Connector != "" {
 		connector = thinker.KV.Connector

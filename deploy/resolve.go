@@ -110,7 +110,7 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 	// Keep going after mistakes in single fields: the stages still resolve
 	// with defaults in their place, and the topology check finds the rest.
 	pd := p.pdOf(pdNode, opts)
-	doc.Stages = p.applyPipeline(pipe, pipelineNode, raws, pipelineWide, doc)
+	doc.Stages = p.applyPipeline(pipe, stagesNode, raws, pipelineWide, doc)
 	if doc.Stages == nil {
 		return nil
 	}
@@ -331,7 +331,7 @@ func (p *problems) replicasOf(n *Node, path string) []topology.Replica {
 // applyPipeline matches each stage to its pipeline stage, picks the pipeline
 // variant the stages make up, detects prefill/decode roles and fills in what
 // the pipeline owns.
-func (p *problems) applyPipeline(pipe *Pipeline, pipeNode *Node, raws []*rawStage, pipelineWide *Node, doc *Document) []*Stage {
+func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawStage, pipelineWide *Node, doc *Document) []*Stage {
 	thinker := ""
 	for _, ps := range pipe.Stages {
 		if ps.Disaggregatable() {
@@ -394,11 +394,13 @@ func (p *problems) applyPipeline(pipe *Pipeline, pipeNode *Node, raws []*rawStag
 	}
 	variant := variantFor(fullPipelineOf(pipe), modelStages)
 	if variant == nil {
-		var have []string
+		var missing []string
 		for _, s := range fullPipelineOf(pipe).Stages {
-			have = append(have, s.ModelStage)
+			if !slices.Contains(modelStages, s.ModelStage) {
+				missing = append(missing, s.ModelStage)
+			}
 		}
-		p.errorf(pipeNode, "stages", "the stages are %s, which pipeline %s does not have as a variant; it has %s (or only the Thinker)", quoteAll(modelStages), pipe.Name, quoteAll(have))
+		p.errorf(stagesNode, "stages", "pipeline %s needs stages for %s too; add them, or keep only the Thinker for a text-only deployment", fullPipelineOf(pipe).Name, quoteAll(missing))
 		return nil
 	}
 	doc.Pipeline = variant.Name

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/deploy"
+)
+
+const fixtures = "../../deploy/testdata/fixtures/vllm-omni/"
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestValidateSummarisesTopology(t *testing.T) {
+	code, out, errOut := run(t, "validate", "--pd", "--connector", "MooncakeConnector", fixtures+"qwen3_omni_moe.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	for _, want := range []string{
+		"4 stages, prefill/decode disaggregated over MooncakeConnector",
+		"[0] thinker prefill", "[1] thinker decode", "[2] talker", "[3] code2wav", "-> audio",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > 24 {
+		t.Errorf("summary is %d lines; it should fit one screen", n)
+	}
+}
+
+func TestValidateReportsEveryErrorWithPosition(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	err := os.WriteFile(cfg, []byte(`stages:
+  - stage_id: 0
+    is_prefill_only: true
+    devices: "0"
+    kv_transfer_config: {kv_connector: MooncakeConnector, kv_role: kv_consumer}
+  - stage_id: 1
+    is_decode_only: true
+    devices: "0"
+    kv_transfer_config: {kv_connector: MooncakeConnector, kv_role: kv_consumer}
+  - stage_id: 2
+    num_replicas: zero
+  - stage_id: 3
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "validate", cfg)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s", code, out)
+	}
+	if out != "" {
+		t.Errorf("nothing belongs on stdout when validation fails, got:\n%s", out)
+	}
+	lines := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cfg) + `:\d+:\d+: stages\[\d\]\.\S+: .+$`).FindAllString(errOut, -1)
+	if len(lines) != 3 {
+		t.Errorf("want 3 positioned errors (prefill kv_role, shared device, num_replicas), got %d:\n%s", len(lines), errOut)
+	}
+	if !strings.Contains(errOut, "3 error(s)") {
+		t.Errorf("stderr lacks the error count:\n%s", errOut)
+	}
+}
+
+func TestExpandEmbeddedDefaultLoadsBack(t *testing.T) {
+	code, out, errOut := run(t, "expand")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	doc, _, err := deploy.Load("expanded.yaml", []byte(out), deploy.Options{})
+	if err != nil {
+		t.Fatalf("expand output does not load: %v\n%s", err, out)
+	}
+	if doc.PD == nil || len(doc.Stages) != 4 {
+		t.Errorf("the embedded default should be a 4-stage PD topology, got %d stages, PD %+v", len(doc.Stages), doc.PD)
+	}
+}
+
+func TestExpandJSON(t *testing.T) {
+	code, out, errOut := run(t, "expand", "-o", "json", "--pd", fixtures+"qwen3_omni_moe_thinking.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	var doc struct {
+		Stages []struct {
+			StageID  int    `json:"stage_id"`
+			Devices  string `json:"devices"`
+			Prefill  bool   `json:"is_prefill_only"`
+			KVConfig struct {
+				Role string `json:"kv_role"`
+			} `json:"kv_transfer_config"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(doc.Stages) != 2 || !doc.Stages[0].Prefill || doc.Stages[0].Devices != "0,1" || doc.Stages[1].Devices != "2,3" {
+		t.Errorf("thinker-only TP=2 PD should give prefill on 0,1 and decode on 2,3; got %+v", doc.Stages)
+	}
+}
+
+func TestExpandMigrate(t *testing.T) {
+	code, out, errOut := run(t, "expand", "--migrate", fixtures+"legacy_qwen3_omni_moe.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "legacy stage_args") {
+		t.Errorf("stderr lacks the migration warning:\n%s", errOut)
+	}
+	if !strings.Contains(out, "stages:") || strings.Contains(out, "stage_args") {
+		t.Errorf("migrated document is not in the stages: schema:\n%s", out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"expand", "--migrate"},
+		{"expand", "-o", "xml"},
+		{"validate", "a.yaml", "b.yaml"},
+		{"expand", "--platform"},
+		{"no-such-command"},
+	} {
+		code, _, errOut := run(t, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage error)", args, code)
+		}
+		if !strings.HasPrefix(errOut, "omnipd: ") {
+			t.Errorf("%v: stderr should say what is wrong, got %q", args, errOut)
+		}
+	}
+	code, _, errOut := run(t, "validate", "no/such/file.yaml")
+	if code != 1 || !strings.Contains(errOut, "no such file") {
+		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "omnipd ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}

@@ -28,7 +28,13 @@ type kvConnectorSpec struct {
 	extra []param
 	// ip is the default kv_ip; empty leaves it to the engine.
 	ip string
+	// env is added to both sides' env when absent.
+	env []param
 }
+
+// Connectors that match a transfer by the request id string need vLLM to
+// keep the id the router sent instead of appending a random suffix.
+var keepRequestIDs = []param{{"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", func() *Node { return newStr("1", Pos{}) }}}
 
 // kvConnectorSpecs are the connectors PD expansion knows. Default ports are
 // the engines' own defaults (VLLM_MOONCAKE_BOOTSTRAP_PORT 8998,
@@ -47,6 +53,7 @@ var kvConnectorSpecs = []kvConnectorSpec{
 		name: "P2pNcclConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
 		basePort: 21001, decodeListens: true, portKey: "kv_port",
 		extra: []param{{"send_type", func() *Node { return newStr("PUT_ASYNC", Pos{}) }}},
+		env:   keepRequestIDs,
 	},
 	{
 		name: "LMCacheConnectorV1", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
@@ -54,6 +61,7 @@ var kvConnectorSpecs = []kvConnectorSpec{
 	{
 		name: "MoRIIOConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
 		basePort: 6301, decodeListens: true, portKey: "kv_port",
+		env: keepRequestIDs,
 	},
 	{
 		name: "ReferenceConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,

@@ -283,6 +283,16 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 
 	prefill.KV = injectKV(thinker.KV, spec, spec.producerRole, req)
 	decode.KV = injectKV(thinker.KV, spec, spec.consumerRole, req)
+	for _, side := range []*Stage{prefill, decode} {
+		for _, e := range spec.env {
+			if side.Env == nil {
+				side.Env = newMap(thinker.src.Pos)
+			}
+			if side.Env.Get(e.key) == nil {
+				side.Env.Set(e.key, e.value())
+			}
+		}
+	}
 	prefill.KV.EngineID = thinker.ModelStage + "-prefill"
 	decode.KV.EngineID = thinker.ModelStage + "-decode"
 

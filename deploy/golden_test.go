@@ -27,6 +27,7 @@ type goldenCase struct {
 
 func goldenCases() []goldenCase {
 	cases := []goldenCase{
+		{name: "embedded_default"},
 		{name: "default", file: fixtures + "qwen3_omni_moe.yaml"},
 		{name: "thinking", file: fixtures + "qwen3_omni_moe_thinking.yaml"},
 		{name: "legacy", file: fixtures + "legacy_qwen3_omni_moe.yaml"},
@@ -77,7 +78,13 @@ func render(t *testing.T, doc *deploy.Document, asJSON bool) []byte {
 func TestExpandGolden(t *testing.T) {
 	for _, c := range goldenCases() {
 		t.Run(c.name, func(t *testing.T) {
-			doc, _, err := deploy.LoadFile(c.file, c.opts)
+			var doc *deploy.Document
+			var err error
+			if c.file == "" {
+				doc, _, err = deploy.Load(deploy.DefaultConfigName, deploy.DefaultConfig(), c.opts)
+			} else {
+				doc, _, err = deploy.LoadFile(c.file, c.opts)
+			}
 			if err != nil {
 				t.Fatalf("load %s: %v", c.file, err)
 			}

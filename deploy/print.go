@@ -166,7 +166,11 @@ func orEmpty(n *Node) *Node {
 // Summary describes d in one screen: one line per stage.
 func (d *Document) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "pipeline %s: %d stages", d.Pipeline, len(d.Stages))
+	plural := "s"
+	if len(d.Stages) == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(&b, "pipeline %s: %d stage%s", d.Pipeline, len(d.Stages), plural)
 	if d.PD != nil {
 		fmt.Fprintf(&b, ", prefill/decode disaggregated over %s", d.PD.Connector)
 	}

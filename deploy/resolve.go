@@ -393,6 +393,14 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		return nil
 	}
 	variant := variantFor(fullPipelineOf(pipe), modelStages)
+	if variant != nil && pipe.Name != pipe.Family && variant != pipe {
+		var names []string
+		for _, s := range pipe.Stages {
+			names = append(names, s.ModelStage)
+		}
+		p.errorf(stagesNode, "stages", "pipeline %s has only %s; name pipeline %s for the other stages", pipe.Name, quoteAll(names), variant.Name)
+		return nil
+	}
 	if variant == nil {
 		var missing []string
 		for _, s := range fullPipelineOf(pipe).Stages {

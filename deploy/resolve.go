@@ -72,6 +72,10 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 		case "edges":
 			p.warnf(k, "edges", "ignored: edges follow from each stage's input sources")
 		default:
+			if slices.Contains(stageKnownKeys, k.Value) {
+				p.errorf(k, k.Value, "%s is a stage key; set it on the stages it applies to", k.Value)
+				continue
+			}
 			if s := closest(k.Value, topKnownKeys); s != "" && editDistance(k.Value, s) <= 1 {
 				p.warnf(k, k.Value, "unknown key %q is applied to every stage as an engine argument; did you mean %q?", k.Value, s)
 			}

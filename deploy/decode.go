@@ -291,6 +291,7 @@ func (p *problems) kvConfigOf(n *Node, path string) *KVConfig {
 			if port, ok := p.intOf(v, fp); ok {
 				if port < 0 || port > 65535 {
 					p.errorf(v, fp, "port %d is outside 0-65535", port)
+					continue
 				}
 				kv.Port = port
 			}

@@ -15,6 +15,10 @@ type Document struct {
 	// PD is nil when the Thinker is not disaggregated.
 	PD     *PDSettings
 	Stages []*Stage
+
+	// stagesKey is where the stages: list was written, for errors about
+	// the topology as a whole.
+	stagesKey *Node
 }
 
 // Connector is a named stage connector (how one stage's output reaches the next).
@@ -57,6 +61,9 @@ type Stage struct {
 	EngineArgs *Node
 
 	disaggregatable bool
+	// roleGuessed: the role was inferred after an error about it; what
+	// validation says about the guess would only repeat that error.
+	roleGuessed bool
 	// src is the stage node the stage came from, for error positions.
 	src *Node
 }

@@ -16,6 +16,9 @@ var pdKnownKeys = []string{
 
 // pdRequest is the pd: section (and the expand flags) as written.
 type pdRequest struct {
+	// invalid: the section has a mistake that makes expansion meaningless
+	// (already reported).
+	invalid          bool
 	node             *Node
 	connector        string
 	connectorNode    *Node
@@ -100,9 +103,6 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 		}
 		req.devices, req.devicesNode = d, nil
 	}
-	if !enabled {
-		return nil
-	}
 	if req.connector != "" {
 		if _, ok := lookupKVConnector(req.connector); !ok {
 			at := req.connectorNode
@@ -112,7 +112,11 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 			}
 			p.errs = append(p.errs, Error{Pos: posOf(at), Path: path,
 				Msg: fmt.Sprintf("unknown KV connector %q; omnipd can configure %s", req.connector, quoteAll(KVConnectors()))})
+			req.invalid = true
 		}
+	}
+	if !enabled {
+		return nil
 	}
 	return req
 }
@@ -136,12 +140,7 @@ func (p *problems) pdRoleOf(n *Node, path string) pdRole {
 		fp := path + "." + k.Value
 		switch k.Value {
 		case "num_replicas":
-			if nr, ok := p.intOf(v, fp); ok {
-				if nr < 1 {
-					p.errorf(v, fp, "want at least 1, got %d", nr)
-				}
-				r.replicas = nr
-			}
+			r.replicas, _ = p.boundedIntOf(v, fp, maxReplicas)
 		case "devices":
 			r.devices, _ = p.devicesOf(v, fp)
 		case "kv_port":

@@ -253,8 +253,10 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 		p.errorf(sec, "platforms."+platform, "want a mapping with stages:, got %s", sec.Kind)
 		return root
 	}
+	sec = sec.Clone()
 	if ps := sec.Get("stages"); ps != nil && ps.Kind == KindSeq {
 		stages := root.Get("stages")
+		kept := ps.Items[:0]
 		for i, s := range ps.Items {
 			id, ok := stageIDOf(s)
 			path := fmt.Sprintf("platforms.%s.stages[%d].stage_id", platform, i)
@@ -272,8 +274,11 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 			}
 			if !found {
 				p.errorf(s.Get("stage_id"), path, "no stage %d to override", id)
+				continue
 			}
+			kept = append(kept, s)
 		}
+		ps.Items = kept
 	}
 	return overlay(root, sec)
 }

@@ -74,7 +74,7 @@ const maxNodes = 1 << 20
 func parseYAML(file string, data []byte) (*Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, yamlSyntaxError(file, err)
+		return nil, yamlSyntaxError(file, data, err)
 	}
 	if doc.Kind == 0 {
 		return &Node{Kind: KindNull, Pos: Pos{File: file, Line: 1, Col: 1}}, nil
@@ -87,21 +87,27 @@ func parseYAML(file string, data []byte) (*Node, error) {
 		}
 		root = doc.Content[0]
 	}
-	n, err := c.convert(root, 0)
+	n, err := c.convert(root, "", 0)
 	if err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
-func yamlSyntaxError(file string, err error) error {
+func yamlSyntaxError(file string, data []byte, err error) error {
 	var le *yaml.LoadError
 	if errors.As(err, &le) {
 		msg := le.Message
 		if le.ContextMsg != "" {
 			msg = le.ContextMsg + ": " + msg
 		}
-		return Errors{{Pos: Pos{File: file, Line: le.Mark.Line, Col: le.Mark.Column}, Msg: "invalid YAML: " + msg}}
+		mark := le.Mark
+		// At the end of the input (an unterminated string or flow
+		// collection) the start of the construct is the useful place.
+		if mark.Index >= len(data) && le.ContextMark.Line > 0 {
+			mark = le.ContextMark
+		}
+		return Errors{{Pos: Pos{File: file, Line: mark.Line, Col: mark.Column}, Msg: "invalid YAML: " + msg}}
 	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
@@ -120,7 +126,8 @@ type converter struct {
 	count int
 }
 
-func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
+// convert copies a yaml.Node tree; path is the field path of y, for errors.
+func (c *converter) convert(y *yaml.Node, path string, depth int) (*Node, error) {
 	c.count++
 	if c.count > maxNodes || depth > 200 {
 		return nil, Errors{{Pos: Pos{File: c.file, Line: y.Line, Col: y.Column}, Msg: "document too large or too deeply nested (aliases expand to too many values)"}}
@@ -131,7 +138,7 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 		if y.Alias == nil {
 			return &Node{Kind: KindNull, Pos: pos}, nil
 		}
-		n, err := c.convert(y.Alias, depth+1)
+		n, err := c.convert(y.Alias, path, depth+1)
 		if err != nil {
 			return nil, err
 		}
@@ -143,8 +150,8 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 		return &Node{Kind: KindScalar, Tag: y.Tag, Value: y.Value, Pos: pos}, nil
 	case yaml.SequenceNode:
 		n := &Node{Kind: KindSeq, Pos: pos}
-		for _, item := range y.Content {
-			v, err := c.convert(item, depth+1)
+		for i, item := range y.Content {
+			v, err := c.convert(item, fmt.Sprintf("%s[%d]", path, i), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -155,11 +162,11 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 		n := &Node{Kind: KindMap, Pos: pos}
 		var merges []*Node
 		for i := 0; i+1 < len(y.Content); i += 2 {
-			k, err := c.convert(y.Content[i], depth+1)
+			k, err := c.convert(y.Content[i], path, depth+1)
 			if err != nil {
 				return nil, err
 			}
-			v, err := c.convert(y.Content[i+1], depth+1)
+			v, err := c.convert(y.Content[i+1], joinPath(path, y.Content[i].Value), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -168,10 +175,10 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 				continue
 			}
 			if k.Kind != KindScalar {
-				return nil, Errors{{Pos: k.Pos, Msg: "mapping keys must be scalars"}}
+				return nil, Errors{{Pos: k.Pos, Path: path, Msg: "mapping keys must be scalars"}}
 			}
-			if n.Get(k.Value) != nil {
-				return nil, Errors{{Pos: k.Pos, Msg: fmt.Sprintf("key %q is defined twice", k.Value)}}
+			if first := n.KeyNode(k.Value); first != nil {
+				return nil, Errors{{Pos: k.Pos, Path: joinPath(path, k.Value), Msg: fmt.Sprintf("key %q is defined twice (first at line %d)", k.Value, first.Pos.Line)}}
 			}
 			n.Keys = append(n.Keys, k)
 			n.Values = append(n.Values, v)
@@ -184,7 +191,7 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 			}
 			for _, src := range sources {
 				if src.Kind != KindMap {
-					return nil, Errors{{Pos: src.Pos, Msg: "a merge key (<<) must refer to a mapping"}}
+					return nil, Errors{{Pos: src.Pos, Path: path, Msg: "a merge key (<<) must refer to a mapping"}}
 				}
 				for i, k := range src.Keys {
 					if n.Get(k.Value) == nil {
@@ -197,6 +204,13 @@ func (c *converter) convert(y *yaml.Node, depth int) (*Node, error) {
 		return n, nil
 	}
 	return &Node{Kind: KindNull, Pos: pos}, nil
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // Get returns the value under key in a mapping, or nil.

@@ -97,9 +97,13 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 	}
 	var raws []*rawStage
 	seen := map[int]*rawStage{}
+	unidentified := false
 	for i, sn := range stagesNode.Items {
 		r := p.rawStageOf(sn, fmt.Sprintf("stages[%d]", i))
-		if r == nil {
+		if r == nil || !r.idOK {
+			// Without an id a stage cannot be matched to the pipeline;
+			// guessing would only add misleading errors.
+			unidentified = true
 			continue
 		}
 		if prev, dup := seen[r.id]; dup && r.idOK {
@@ -110,6 +114,10 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 		raws = append(raws, r)
 	}
 	slices.SortStableFunc(raws, func(a, b *rawStage) int { return a.id - b.id })
+	if unidentified {
+		p.pdOf(pdNode, opts) // still report the pd: section's own mistakes
+		return nil
+	}
 
 	// Keep going after mistakes in single fields: the stages still resolve
 	// with defaults in their place, and the topology check finds the rest.
@@ -118,7 +126,8 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 	if doc.Stages == nil {
 		return nil
 	}
-	if pd != nil {
+	doc.stagesKey = root.KeyNode("stages")
+	if pd != nil && !pd.invalid {
 		before := len(p.errs)
 		expandPD(doc, pd, p)
 		if len(p.errs) > before {
@@ -240,22 +249,11 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 		case "devices":
 			r.devices, _ = p.devicesOf(v, fp)
 		case "tensor_parallel_size":
-			if tp, ok := p.intOf(v, fp); ok {
-				if tp < 1 {
-					p.errorf(v, fp, "want at least 1, got %d", tp)
-				}
-				r.tp = tp
-			}
+			r.tp, _ = p.boundedIntOf(v, fp, topology.MaxDevices)
 		case "num_replicas":
-			if nr, ok := p.intOf(v, fp); ok {
-				if nr < 1 {
-					p.errorf(v, fp, "want at least 1, got %d", nr)
-				}
-				r.numReplicas = nr
-			}
+			r.numReplicas, _ = p.boundedIntOf(v, fp, maxReplicas)
 		case "replicas":
-			r.replicas = p.replicasOf(v, fp)
-			r.hasReplicas = true
+			r.replicas, r.hasReplicas = p.replicasOf(v, fp)
 		case "endpoints":
 			r.endpoints, _ = p.stringListOf(v, fp)
 		case "kv_transfer_config":
@@ -294,10 +292,14 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 	return r
 }
 
-func (p *problems) replicasOf(n *Node, path string) []topology.Replica {
+func (p *problems) replicasOf(n *Node, path string) ([]topology.Replica, bool) {
 	if n.Kind != KindSeq {
 		p.errorf(n, path, "want a list of replicas, got %s", describe(n))
-		return nil
+		return nil, false
+	}
+	if len(n.Items) > maxReplicas {
+		p.errorf(n, path, "%d replicas; omnipd accepts at most %d per stage", len(n.Items), maxReplicas)
+		return nil, false
 	}
 	var out []topology.Replica
 	for i, it := range n.Items {
@@ -329,7 +331,7 @@ func (p *problems) replicasOf(n *Node, path string) []topology.Replica {
 		}
 		out = append(out, r)
 	}
-	return out
+	return out, true
 }
 
 // applyPipeline matches each stage to its pipeline stage, picks the pipeline
@@ -417,43 +419,71 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 	}
 	doc.Pipeline = variant.Name
 
-	// Roles. Explicit flags win; otherwise, when the Thinker appears twice,
-	// the KV roles say which copy is which.
+	// Roles. Explicit flags win, on any stage (a flag on a stage that
+	// cannot be split is reported by validation); otherwise, when the
+	// Thinker appears twice, the KV roles say which copy is which.
 	roles := map[*rawStage]topology.Role{}
+	guessed := map[*rawStage]bool{} // roles inferred after reporting a mistake
 	var copies []*rawStage
 	for _, r := range raws {
-		if r.modelStage == thinker {
-			copies = append(copies, r)
-		}
-	}
-	for _, r := range copies {
 		switch {
+		case r.prefillOnly && r.decodeOnly:
+			// Reported when read; the stage stays as written otherwise.
 		case r.prefillOnly:
 			roles[r] = topology.RolePrefill
 		case r.decodeOnly:
 			roles[r] = topology.RoleDecode
-		case len(copies) > 1 && r.kv != nil && r.kv.Role == topology.KVProducer:
-			roles[r] = topology.RolePrefill
-		case len(copies) > 1 && r.kv != nil && r.kv.Role == topology.KVConsumer:
-			roles[r] = topology.RoleDecode
 		}
-	}
-	if len(copies) == 2 {
-		// kv_both on both copies: the one that reads from the other decodes.
-		a, b := copies[0], copies[1]
-		if _, ok := roles[a]; !ok {
-			if _, ok := roles[b]; !ok && a.kv != nil && b.kv != nil {
-				if slices.Contains(a.inputSources, b.id) {
-					roles[a], roles[b] = topology.RoleDecode, topology.RolePrefill
-				} else {
-					roles[a], roles[b] = topology.RolePrefill, topology.RoleDecode
-				}
-			}
+		if r.modelStage == thinker {
+			copies = append(copies, r)
 		}
 	}
 	if len(copies) > 1 {
 		for _, r := range copies {
-			if _, ok := roles[r]; !ok {
+			if _, ok := roles[r]; ok || r.kv == nil {
+				continue
+			}
+			switch r.kv.Role {
+			case topology.KVProducer:
+				roles[r] = topology.RolePrefill
+			case topology.KVConsumer:
+				roles[r] = topology.RoleDecode
+			}
+		}
+	}
+	if len(copies) == 2 {
+		a, b := copies[0], copies[1]
+		_, aok := roles[a]
+		_, bok := roles[b]
+		switch {
+		case !aok && !bok && a.kv != nil && b.kv != nil:
+			// kv_both on both copies: the one that reads from the other decodes.
+			if slices.Contains(a.inputSources, b.id) {
+				roles[a], roles[b] = topology.RoleDecode, topology.RolePrefill
+			} else {
+				roles[a], roles[b] = topology.RolePrefill, topology.RoleDecode
+			}
+		case aok != bok:
+			// One copy says what it is: the other is its counterpart. Still
+			// an error (below), but only one.
+			known, other := a, b
+			if bok {
+				known, other = b, a
+			}
+			if !(other.prefillOnly && other.decodeOnly) {
+				p.errorf(other.node, other.path, "the Thinker appears 2 times but this copy is neither a prefill nor a decode: set is_prefill_only or is_decode_only, or kv_transfer_config.kv_role")
+			}
+			if roles[known] == topology.RolePrefill {
+				roles[other] = topology.RoleDecode
+			} else {
+				roles[other] = topology.RolePrefill
+			}
+			guessed[other] = true
+		}
+	}
+	if len(copies) > 1 {
+		for _, r := range copies {
+			if _, ok := roles[r]; !ok && !(r.prefillOnly && r.decodeOnly) {
 				p.errorf(r.node, r.path, "the Thinker appears %d times but this copy is neither a prefill nor a decode: set is_prefill_only or is_decode_only, or kv_transfer_config.kv_role", len(copies))
 			}
 		}
@@ -467,7 +497,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		switch roles[r] {
 		case topology.RolePrefill:
 			prefillID = r.id
-		case topology.RoleDecode, topology.RoleFull:
+		default:
 			if _, taken := idOf[r.modelStage]; !taken || roles[r] == topology.RoleDecode {
 				idOf[r.modelStage] = r.id
 			}
@@ -492,6 +522,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			AsyncChunk:       r.asyncChunk,
 			Endpoints:        r.endpoints,
 			disaggregatable:  ps.Disaggregatable(),
+			roleGuessed:      guessed[r],
 			src:              r.node,
 		}
 		switch {
@@ -500,7 +531,10 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		case s.Role == topology.RolePrefill:
 			s.InputSources = []int{}
 		case s.Role == topology.RoleDecode:
-			s.InputSources = []int{prefillID}
+			s.InputSources = []int{}
+			if prefillID >= 0 {
+				s.InputSources = []int{prefillID}
+			}
 		default:
 			s.InputSources = []int{}
 			for _, src := range ps.InputSources {
@@ -572,6 +606,7 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 		}
 		if len(r.replicas) != s.NumReplicas {
 			p.errorf(r.node.Get("replicas"), r.path+".replicas", "lists %d replicas but num_replicas is %d", len(r.replicas), s.NumReplicas)
+			s.NumReplicas = len(r.replicas) // reported once, here
 		}
 		s.Replicas = r.replicas
 	} else {
@@ -617,6 +652,11 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 		}
 	}
 	s.Devices = unionDevices(s.Replicas)
+	if r.hasReplicas && len(r.devices) > 0 {
+		// Both written: keep what the stage says, so that a disagreement
+		// with its replicas is reported rather than resolved silently.
+		s.Devices = r.devices
+	}
 }
 
 func unionDevices(reps []topology.Replica) []int {
@@ -629,4 +669,24 @@ func unionDevices(reps []topology.Replica) []int {
 		}
 	}
 	return out
+}
+
+// maxReplicas bounds num_replicas: far above real deployments, low enough
+// that a typo is an error rather than an allocation.
+const maxReplicas = 1024
+
+func (p *problems) boundedIntOf(n *Node, path string, most int) (int, bool) {
+	v, ok := p.intOf(n, path)
+	if !ok {
+		return 0, false
+	}
+	if v < 1 {
+		p.errorf(n, path, "want at least 1, got %d", v)
+		return 0, false
+	}
+	if v > most {
+		p.errorf(n, path, "want at most %d, got %d", most, v)
+		return 0, false
+	}
+	return v, true
 }

@@ -15,6 +15,9 @@ func (p *problems) validate(doc *Document) {
 		reported[e.Path] = true
 	}
 	for _, v := range topology.Validate(doc.Topology()) {
+		if v.Stage >= 0 && v.Stage < len(doc.Stages) && doc.Stages[v.Stage].roleGuessed && strings.HasPrefix(v.Code, "pd-") {
+			continue
+		}
 		e := violationError(doc, v)
 		// A field already reported as malformed was resolved to a default;
 		// what the topology says about that default would only confuse.
@@ -29,6 +32,7 @@ func (p *problems) validate(doc *Document) {
 // the resolved form does not exist in the file.
 var fieldAliases = map[string][]string{
 	"replicas":        {"devices", "num_replicas"},
+	"num_replicas":    {"replicas"},
 	"input_sources":   {"engine_input_source"},
 	"engine_id":       {"kv_transfer_config.engine_id", "kv_transfer_config"},
 	"kv_port":         {"kv_transfer_config.kv_port", "kv_transfer_config.kv_connector_extra_config", "kv_transfer_config"},
@@ -38,7 +42,11 @@ var fieldAliases = map[string][]string{
 
 func violationError(doc *Document, v topology.Violation) Error {
 	if v.Stage < 0 || v.Stage >= len(doc.Stages) {
-		return Error{Path: v.Field, Msg: v.Msg, Code: v.Code}
+		path := v.Field
+		if path == "" {
+			path = "stages"
+		}
+		return Error{Pos: posOf(doc.stagesKey), Path: path, Msg: v.Msg, Code: v.Code}
 	}
 	s := doc.Stages[v.Stage]
 	path := fmt.Sprintf("stages[%d]", v.Stage)
@@ -57,6 +65,17 @@ func locate(n *Node, field string) *Node {
 	if found := lookupPath(n, field); found != nil {
 		return found
 	}
+	// The deepest part of the path the user wrote, short of the stage itself.
+	for prefix := field; ; {
+		i := strings.LastIndexAny(prefix, ".[")
+		if i < 0 {
+			break
+		}
+		prefix = prefix[:i]
+		if found := lookupPath(n, prefix); found != nil {
+			return found
+		}
+	}
 	last := field
 	if i := strings.LastIndex(field, "."); i >= 0 {
 		last = field[i+1:]
@@ -70,16 +89,7 @@ func locate(n *Node, field string) *Node {
 			}
 		}
 	}
-	for {
-		i := strings.LastIndexAny(field, ".[")
-		if i < 0 {
-			return n
-		}
-		field = field[:i]
-		if found := lookupPath(n, field); found != nil {
-			return found
-		}
-	}
+	return n
 }
 
 // lookupPath follows "a.b[2].c" through n; nil when any step is missing.

@@ -144,6 +144,13 @@ func (t *Topology) Disaggregated() bool {
 	return false
 }
 
+// Bounds on device sets: far above any real node, low enough that a typo
+// such as "0-99999999" is an error rather than an allocation.
+const (
+	MaxDeviceID = 1<<16 - 1
+	MaxDevices  = 4096
+)
+
 // ParseDevices parses a device list as deploy configs write it: "0,1",
 // "0-3", "2" (ranges inclusive). An empty string is an empty set.
 func ParseDevices(s string) ([]int, error) {
@@ -152,6 +159,7 @@ func ParseDevices(s string) ([]int, error) {
 		return nil, nil
 	}
 	var out []int
+	seen := map[int]bool{}
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")
@@ -166,10 +174,17 @@ func ParseDevices(s string) ([]int, error) {
 				return nil, fmt.Errorf("device range %q is not of the form LOW-HIGH", part)
 			}
 		}
+		if b > MaxDeviceID {
+			return nil, fmt.Errorf("device %d is above the largest device id omnipd accepts (%d)", b, MaxDeviceID)
+		}
+		if len(out)+b-a+1 > MaxDevices {
+			return nil, fmt.Errorf("%q names more than %d devices", s, MaxDevices)
+		}
 		for d := a; d <= b; d++ {
-			if slices.Contains(out, d) {
+			if seen[d] {
 				return nil, fmt.Errorf("device %d listed twice", d)
 			}
+			seen[d] = true
 			out = append(out, d)
 		}
 	}

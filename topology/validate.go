@@ -533,10 +533,11 @@ func (v *validator) disaggregation() {
 		return
 	}
 	stages := v.t.Stages
+	capable := func(i int) bool { return stages[i].DisaggregationCapable }
 	switch {
-	case len(prefills) == 0:
+	case len(prefills) == 0 && capable(decodes[0]):
 		v.add(decodes[0], "is_decode_only", CodePDPrefillMissing, "a decode stage needs a prefill stage to import KV from; add one or drop is_decode_only")
-	case len(decodes) == 0:
+	case len(decodes) == 0 && capable(prefills[0]):
 		v.add(prefills[0], "is_prefill_only", CodePDDecodeMissing, "a prefill stage needs a decode stage to hand its KV to; add one or drop is_prefill_only")
 	}
 	for _, i := range prefills[min(1, len(prefills)):] {
@@ -548,11 +549,16 @@ func (v *validator) disaggregation() {
 
 	pd := slices.Concat(prefills, decodes)
 	seenUnknown := map[string]bool{}
+	incapable := false
 	for _, i := range pd {
 		s := &stages[i]
 		if !s.DisaggregationCapable {
+			// A role on a stage that cannot have one is the mistake to
+			// report about it; checking its KV settings would add noise.
 			v.add(i, roleField(s), CodePDNotCapable, "stage %d (%s) cannot be split into prefill and decode; only the pipeline's autoregressive Thinker can",
 				s.ID, cmp.Or(s.ModelStage, "unnamed"))
+			incapable = true
+			continue
 		}
 		if s.KV == nil {
 			v.add(i, "kv_transfer_config", CodePDKVMissing, "a %s stage needs a kv_transfer_config to move the prompt's KV cache", s.Role)
@@ -569,6 +575,9 @@ func (v *validator) disaggregation() {
 			v.add(i, "kv_transfer_config.kv_connector", CodePDKVConnectorUnknown, "kv_connector %q has no router-side support in omnipd; use one of %s",
 				c, strings.Join(KnownConnectors, ", "))
 		}
+	}
+	if incapable {
+		return
 	}
 	if len(prefills) > 0 {
 		v.prefillUse(prefills)
@@ -605,6 +614,9 @@ func (v *validator) prefillUse(prefills []int) {
 func (v *validator) engineIDs(pd []int) {
 	owner := map[string]string{}
 	for _, i := range pd {
+		if v.t.Stages[i].KV == nil {
+			continue // pd-kv-missing says what to add
+		}
 		for r, rep := range v.t.Stages[i].Replicas {
 			field := fmt.Sprintf("replicas[%d].engine_id", r)
 			if rep.EngineID == "" {

@@ -1,0 +1,328 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+)
+
+// ErrTooLarge is wrapped by the RequestError for a body over the size limit,
+// so the HTTP layer can answer 413 rather than 400.
+var ErrTooLarge = errors.New("request body too large")
+
+// RequestError is a problem with a client's request: the HTTP layer answers
+// it with 400 (413 for ErrTooLarge) and OpenAI's error body. Message is meant
+// for the client; Err, when set, is the underlying cause for the log.
+type RequestError struct {
+	// Param is the offending parameter as a path into the body, e.g.
+	// "messages[2].content[0].text"; empty when the body as a whole is bad.
+	Param   string
+	Message string
+	Err     error
+}
+
+var _ error = (*RequestError)(nil)
+
+func (e *RequestError) Error() string {
+	if e.Param == "" {
+		return e.Message
+	}
+	return e.Param + ": " + e.Message
+}
+
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// Response is the OpenAI error body for e.
+func (e *RequestError) Response() *ErrorResponse {
+	if errors.Is(e.Err, ErrTooLarge) {
+		return newError(http.StatusRequestEntityTooLarge, TypeInvalidRequest, CodeRequestTooLarge, e.Error())
+	}
+	return InvalidRequest(e.Param, e.Error())
+}
+
+// DecodeChatRequest reads, decodes and validates a chat completions body of
+// at most limit bytes (limit <= 0: no bound; the HTTP server should then
+// bound it with http.MaxBytesReader, whose error is also reported as
+// ErrTooLarge). Every client mistake is a *RequestError; an error reading r
+// is returned wrapped, as it is not the client's request that is wrong.
+func DecodeChatRequest(r io.Reader, limit int64) (*ChatCompletionRequest, error) {
+	body, err := readBody(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	req := new(ChatCompletionRequest)
+	if err := decodeBody(body, req); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// DecodeCompletionRequest is DecodeChatRequest for a completions body.
+func DecodeCompletionRequest(r io.Reader, limit int64) (*CompletionRequest, error) {
+	body, err := readBody(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	req := new(CompletionRequest)
+	if err := decodeBody(body, req); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+func readBody(r io.Reader, limit int64) ([]byte, error) {
+	if limit > 0 && limit < math.MaxInt64 {
+		// One byte more than allowed tells "exactly at the limit" from "over".
+		r = io.LimitReader(r, limit+1)
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge(mbe.Limit)
+		}
+		return nil, fmt.Errorf("openai: reading request body: %w", err)
+	}
+	if limit > 0 && int64(len(body)) > limit {
+		return nil, tooLarge(limit)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) error {
+	return &RequestError{
+		Message: fmt.Sprintf("request body exceeds the limit of %d bytes", limit),
+		Err:     ErrTooLarge,
+	}
+}
+
+// decodeBody decodes a whole request body and words whole-body errors: where
+// the JSON is broken, or that it is not an object at all.
+func decodeBody(body []byte, dst json.Unmarshaler) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &RequestError{Message: "request body is empty; want a JSON object"}
+	}
+	err := dst.UnmarshalJSON(body)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := position(body, se.Offset)
+		return &RequestError{
+			Message: fmt.Sprintf("invalid JSON at line %d, column %d (byte %d): %s", line, col, se.Offset, se.Error()),
+			Err:     err,
+		}
+	}
+	var re *RequestError
+	if errors.As(err, &re) && re.Param == "" {
+		return &RequestError{Message: "request body: " + re.Message, Err: re.Err}
+	}
+	return err
+}
+
+// position turns json.SyntaxError's offset (bytes read when the error was
+// found, so the bad byte is the last of them) into a 1-based line and column.
+func position(body []byte, offset int64) (line, col int) {
+	offset = min(max(offset, 0), int64(len(body)))
+	before := body[:offset]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	col = len(before) - bytes.LastIndexByte(before, '\n') - 1
+	return line, max(col, 1)
+}
+
+// Validate checks the request the way vLLM would before it reaches the
+// engine, so a bad request fails fast and names its parameter, and never
+// reaches a prefill worker.
+func (r *ChatCompletionRequest) Validate() error {
+	if r.Messages == nil {
+		return &RequestError{Param: "messages", Message: "required"}
+	}
+	if len(r.Messages) == 0 {
+		return &RequestError{Param: "messages", Message: "must not be empty"}
+	}
+	for i, m := range r.Messages {
+		if m.Role == "" {
+			return &RequestError{Param: fmt.Sprintf("messages[%d].role", i), Message: "required"}
+		}
+	}
+	if err := atLeast("max_completion_tokens", r.MaxCompletionTokens, 0); err != nil {
+		return err
+	}
+	maxName := "max_tokens"
+	if r.MaxCompletionTokens != nil {
+		maxName = "max_completion_tokens"
+	}
+	if err := r.SamplingParams.validate(r.EffectiveMaxTokens(), maxName); err != nil {
+		return err
+	}
+	if err := validateStream(r.Stream, r.StreamOptions); err != nil {
+		return err
+	}
+	if err := atLeast("top_logprobs", r.TopLogprobs, 0); err != nil {
+		return err
+	}
+	if r.TopLogprobs != nil && (r.Logprobs == nil || !*r.Logprobs) {
+		return &RequestError{Param: "top_logprobs", Message: "requires logprobs to be true"}
+	}
+	if r.Modalities != nil && len(r.Modalities) == 0 {
+		return &RequestError{Param: "modalities", Message: `must not be empty; want "text", "audio" or both`}
+	}
+	for i, m := range r.Modalities {
+		if m != ModalityText && m != ModalityAudio {
+			return &RequestError{Param: fmt.Sprintf("modalities[%d]", i), Message: fmt.Sprintf(`unsupported modality %q; want "text" or "audio"`, m)}
+		}
+	}
+	if r.Audio != nil {
+		switch r.Audio.Format {
+		case "", "wav", "pcm", "flac", "mp3", "opus":
+		default:
+			return &RequestError{Param: "audio.format", Message: fmt.Sprintf("unsupported format %q; want wav, pcm, flac, mp3 or opus", r.Audio.Format)}
+		}
+	}
+	return nil
+}
+
+// Validate checks the request the way vLLM would before it reaches the engine.
+func (r *CompletionRequest) Validate() error {
+	if r.Prompt == nil {
+		// vLLM accepts prompt_embeds instead; they travel in Extra.
+		if _, ok := r.Extra["prompt_embeds"]; !ok {
+			return &RequestError{Param: "prompt", Message: "required; want a string, an array of strings, or token ids"}
+		}
+	} else if err := r.Prompt.validate(); err != nil {
+		return err
+	}
+	if err := r.SamplingParams.validate(r.MaxTokens, "max_tokens"); err != nil {
+		return err
+	}
+	if err := validateStream(r.Stream, r.StreamOptions); err != nil {
+		return err
+	}
+	if err := atLeast("logprobs", r.Logprobs, 0); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (p *Prompt) validate() error {
+	empty := &RequestError{Param: "prompt", Message: "must not be empty"}
+	switch p.Kind {
+	case PromptText:
+		if len(p.Texts) != 1 {
+			return &RequestError{Param: "prompt", Message: fmt.Sprintf("a single-string prompt holds %d strings", len(p.Texts))}
+		}
+	case PromptTexts:
+		if len(p.Texts) == 0 {
+			return empty
+		}
+	case PromptTokens:
+		if len(p.TokenIDs) != 1 {
+			return &RequestError{Param: "prompt", Message: fmt.Sprintf("a single token prompt holds %d lists", len(p.TokenIDs))}
+		}
+		if len(p.TokenIDs[0]) == 0 {
+			return empty
+		}
+		return tokenIDs("prompt", p.TokenIDs[0])
+	case PromptTokenBatch:
+		if len(p.TokenIDs) == 0 {
+			return empty
+		}
+		for i, ids := range p.TokenIDs {
+			param := "prompt[" + strconv.Itoa(i) + "]"
+			if len(ids) == 0 {
+				return &RequestError{Param: param, Message: "must not be empty"}
+			}
+			if err := tokenIDs(param, ids); err != nil {
+				return err
+			}
+		}
+	default:
+		return &RequestError{Param: "prompt", Message: fmt.Sprintf("unknown prompt kind %d", p.Kind)}
+	}
+	return nil
+}
+
+func tokenIDs(param string, ids []int) error {
+	for i, id := range ids {
+		if id < 0 {
+			return &RequestError{Param: param + "[" + strconv.Itoa(i) + "]", Message: fmt.Sprintf("token ids must be >= 0, got %d", id)}
+		}
+	}
+	return nil
+}
+
+// validate checks the shared sampling parameters. maxTokens is the limit in
+// force and maxName the parameter it came from, so that min_tokens is
+// compared with the right one. Comparisons are written so NaN fails them.
+func (s *SamplingParams) validate(maxTokens *int, maxName string) error {
+	if err := atLeast("max_tokens", s.MaxTokens, 0); err != nil {
+		return err
+	}
+	if v := s.Temperature; v != nil && !(*v >= 0) {
+		return &RequestError{Param: "temperature", Message: "must be >= 0, got " + formatFloat(*v)}
+	}
+	if v := s.TopP; v != nil && !(*v > 0 && *v <= 1) {
+		return &RequestError{Param: "top_p", Message: "must be in (0, 1], got " + formatFloat(*v)}
+	}
+	if err := atLeast("top_k", s.TopK, -1); err != nil {
+		err.Message = "must be -1 or 0 (disabled) or >= 1, got " + strconv.Itoa(*s.TopK)
+		return err
+	}
+	if v := s.MinP; v != nil && !(*v >= 0 && *v <= 1) {
+		return &RequestError{Param: "min_p", Message: "must be in [0, 1], got " + formatFloat(*v)}
+	}
+	if err := atLeast("n", s.N, 1); err != nil {
+		return err
+	}
+	if err := tokenIDs("stop_token_ids", s.StopTokenIDs); err != nil {
+		return err
+	}
+	if err := atLeast("min_tokens", s.MinTokens, 0); err != nil {
+		return err
+	}
+	if s.MinTokens != nil && maxTokens != nil && *s.MinTokens > *maxTokens {
+		return &RequestError{Param: "min_tokens", Message: fmt.Sprintf("must be <= %s (%d), got %d", maxName, *maxTokens, *s.MinTokens)}
+	}
+	if v := s.RepetitionPenalty; v != nil && !(*v > 0) {
+		return &RequestError{Param: "repetition_penalty", Message: "must be > 0, got " + formatFloat(*v)}
+	}
+	for _, p := range []struct {
+		name string
+		v    *float64
+	}{{"presence_penalty", s.PresencePenalty}, {"frequency_penalty", s.FrequencyPenalty}} {
+		if p.v != nil && !(*p.v >= -2 && *p.v <= 2) {
+			return &RequestError{Param: p.name, Message: "must be in [-2, 2], got " + formatFloat(*p.v)}
+		}
+	}
+	return nil
+}
+
+// validateStream applies vLLM's rule that stream_options only makes sense on
+// a stream; silently ignoring it would hide a client bug.
+func validateStream(stream *bool, opts *StreamOptions) error {
+	if opts != nil && (stream == nil || !*stream) {
+		return &RequestError{Param: "stream_options", Message: "only allowed when stream is true"}
+	}
+	return nil
+}
+
+func atLeast(param string, v *int, least int) *RequestError {
+	if v != nil && *v < least {
+		return &RequestError{Param: param, Message: fmt.Sprintf("must be >= %d, got %d", least, *v)}
+	}
+	return nil
+}
+
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

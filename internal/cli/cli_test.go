@@ -65,7 +65,7 @@ func TestValidateReportsEveryErrorWithPosition(t *testing.T) {
 	if out != "" {
 		t.Errorf("nothing belongs on stdout when validation fails, got:\n%s", out)
 	}
-	lines := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cfg) + `:\d+:\d+: stages\[\d\]\.\S+: .+$`).FindAllString(errOut, -1)
+	lines := regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(cfg)+`:\d+:\d+: stages\[\d\]\.\S+: .+$`).FindAllString(errOut, -1)
 	if len(lines) != 3 {
 		t.Errorf("want 3 positioned errors (prefill kv_role, shared device, num_replicas), got %d:\n%s", len(lines), errOut)
 	}

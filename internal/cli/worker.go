@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/worker"
+	"github.com/spf13/cobra"
+)
+
+func newWorkerCmd() *cobra.Command {
+	var (
+		host, modelDir, kvJSON, secret, name string
+		port                                 int
+		ecfg                                 engine.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
+		Short: "Serve one reference engine with vLLM's OpenAI-compatible API",
+		Long: `worker serves omnipd's reference Thinker engine as a stage worker, with the
+API vllm serve offers: /v1/completions, /v1/chat/completions, /v1/models,
+/health and /metrics. Without --model it serves the built-in tiny model, so
+nothing is downloaded. --kv-transfer-config takes vLLM's JSON; with
+kv_connector ReferenceConnector the worker moves KV blocks to and from other
+workers over its side channel (kv_ip:kv_port). The side channel refuses peers
+that do not know --secret (or OMNIPD_SECRET) when one is set.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if secret == "" {
+				secret = os.Getenv("OMNIPD_SECRET")
+			}
+			kv, err := worker.ParseKVTransferConfig(kvJSON)
+			if err != nil {
+				return err
+			}
+			m, tok, err := loadModel(modelDir)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			ecfg.Logger = log
+			eng, err := engine.New(m, tok, ecfg)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			engineDone := make(chan struct{})
+			go func() { eng.Run(ctx); close(engineDone) }()
+			defer func() { cancel(); <-engineDone }()
+
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+			log.Info("worker listening", "addr", ln.Addr().String(), "kv_side_channel", srv.KVAddr(), "model", name)
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+				shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
+				defer done()
+				if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					return err
+				}
+				return nil
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&port, "port", 8100, "port to listen on")
+	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")
+	f.StringVar(&name, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
+	f.StringVar(&kvJSON, "kv-transfer-config", "", "vLLM KVTransferConfig JSON; kv_connector ReferenceConnector moves KV between workers")
+	f.StringVar(&secret, "secret", "", "deployment secret the KV side channel requires (default $OMNIPD_SECRET)")
+	f.IntVar(&ecfg.BlockSize, "block-size", 16, "token positions per KV block")
+	f.IntVar(&ecfg.NumBlocks, "num-blocks", 4096, "KV cache size in blocks")
+	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
+	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
+	return cmd
+}
+
+// loadModel loads a checkpoint directory, or the built-in model when dir is empty.
+func loadModel(dir string) (*model.Model, *tokenizer.Tokenizer, error) {
+	if dir == "" {
+		return model.Default(), tokenizer.Default(), nil
+	}
+	m, err := model.Load(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load model: %w", err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("load tokenizer: %w", err)
+	}
+	if tok.VocabSize() > m.Config.VocabSize {
+		return nil, nil, fmt.Errorf("the tokenizer has %d tokens, the model's vocabulary %d", tok.VocabSize(), m.Config.VocabSize)
+	}
+	return m, tok, nil
+}

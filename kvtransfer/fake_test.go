@@ -1,0 +1,200 @@
+package kvtransfer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// slabStore is an in-memory BlockStore: one byte slab cut into blocks, with
+// used-block accounting that panics on a double free, as kvcache does.
+type slabStore struct {
+	bb         int
+	slab       []byte
+	descending bool // hand out high ids first, so a consumer's ids differ from a producer's
+
+	mu      sync.Mutex
+	used    []bool
+	onBlock func(id int) // test hook, set before use; called on every Block
+}
+
+var (
+	_ BlockStore   = (*slabStore)(nil)
+	_ blockCounter = (*slabStore)(nil)
+)
+
+func newSlabStore(blockBytes, numBlocks int) *slabStore {
+	return &slabStore{bb: blockBytes, slab: make([]byte, blockBytes*numBlocks), used: make([]bool, numBlocks)}
+}
+
+func (s *slabStore) BlockBytes() int { return s.bb }
+func (s *slabStore) NumBlocks() int  { return len(s.used) }
+
+func (s *slabStore) Block(id int) []byte {
+	if s.onBlock != nil {
+		s.onBlock(id)
+	}
+	return s.slab[id*s.bb : (id+1)*s.bb : (id+1)*s.bb]
+}
+
+func (s *slabStore) Free(ids []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if !s.used[id] {
+			panic(fmt.Sprintf("slabStore: free of block %d that is not allocated", id))
+		}
+		s.used[id] = false
+	}
+}
+
+func (s *slabStore) allocate(tb testing.TB, n int) []int {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int, 0, n)
+	for i := range s.used {
+		id := i
+		if s.descending {
+			id = len(s.used) - 1 - i
+		}
+		if len(ids) == n {
+			break
+		}
+		if !s.used[id] {
+			s.used[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) < n {
+		tb.Fatalf("slabStore: out of blocks: want %d", n)
+	}
+	return ids
+}
+
+func (s *slabStore) inUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, u := range s.used {
+		if u {
+			n++
+		}
+	}
+	return n
+}
+
+// pattern fills b with bytes determined by seed, cheaply (xorshift, a word
+// at a time: the race detector makes byte loops over many MiB slow).
+func pattern(b []byte, seed uint64) {
+	x := seed*0x9E3779B97F4A7C15 | 1
+	var w [8]byte
+	for i := 0; i < len(b); i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		if len(b)-i >= 8 {
+			binary.LittleEndian.PutUint64(b[i:], x)
+			continue
+		}
+		binary.LittleEndian.PutUint64(w[:], x)
+		copy(b[i:], w[:])
+	}
+}
+
+// fill writes a distinct pattern into each of ids, derived from seed.
+func fill(s *slabStore, ids []int, seed uint64) {
+	for i, id := range ids {
+		pattern(s.Block(id), seed<<20+uint64(i))
+	}
+}
+
+// checkPattern compares dst blocks in s with the pattern fill(seed) wrote.
+func checkPattern(t *testing.T, s *slabStore, dst []int, seed uint64) {
+	t.Helper()
+	want := make([]byte, s.bb)
+	for i, id := range dst {
+		pattern(want, seed<<20+uint64(i))
+		if !bytes.Equal(s.Block(id), want) {
+			t.Fatalf("block %d (dst id %d) differs from what was exported", i, id)
+		}
+	}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// waitFor polls cond for up to five seconds: for effects another goroutine
+// makes after a call returns (a producer noticing a dropped connection).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkGoroutines fails the test if goroutines it started outlive it. Call it
+// first, so its cleanup runs after every other cleanup (Producer.Close).
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		if n := waitGoroutines(base); n > base {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines, want at most %d:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+func waitGoroutines(base int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= base || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMain checks, after every test, that the package left no goroutine behind.
+func TestMain(m *testing.M) {
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	if n := waitGoroutines(base); n > base && code == 0 {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(os.Stderr, "kvtransfer: %d goroutines after all tests, want at most %d:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -1,0 +1,134 @@
+// Package kvtransfer owns the reference engine's KV data path between a
+// prefill worker and a decode worker: the producer exports the KV blocks of a
+// finished prefill under a lease, and the consumer receives them into its own
+// freshly allocated blocks over TCP, either by pulling them (NIXL-shaped: the
+// prefill has returned, the decode asks for its blocks) or by registering
+// for them and having them pushed (Mooncake-shaped: the decode may arrive
+// before the prefill has exported, and whichever side comes first waits).
+//
+// Blocks travel as raw bytes, straight from the producer's cache memory into
+// the consumer's, with no per-element encoding. The bytes are float32 in the
+// machine's byte order, so the handshake carries the byte order, the block
+// size and an opaque shape string, and a mismatch is refused before any block
+// moves. The producer frees its copies only after the consumer has
+// acknowledged every byte; until then the blocks stay leased, and a lease
+// that nobody claims or releases expires.
+//
+// # Wire format
+//
+// Every frame starts with a 12-byte header: magic "OKVT", version (1 byte),
+// type (1 byte), two reserved zero bytes, and the payload length (uint32,
+// big-endian). Control payloads are compact JSON and at most 64 KiB.
+//
+//	producer → consumer  HELLO   {"nonce"}                       on accept
+//	consumer → producer  REQUEST {"op","key","engine_id","blocks","block_bytes","shape","byte_order","nonce","mac"}
+//	producer → consumer  ACCEPT  {"mac"}  or  ERROR {"code","msg"} and close
+//	producer → consumer  DATA    16 bytes: blocks u32, block_bytes u32, num_tokens u64 (big-endian),
+//	                             then blocks*block_bytes raw bytes, block after block, outside the frame
+//	consumer → producer  ACK     (empty); the producer frees its blocks only now
+//	producer → consumer  DONE    (empty)
+//
+// For op "push" the ACCEPT comes at once and the DATA (or an ERROR) when the
+// key is exported; for op "release" the ACCEPT is the whole answer.
+//
+// With a secret configured the consumer's mac is HMAC-SHA256 over both
+// nonces, the op, the key and the engine id, and the producer's mac is
+// HMAC-SHA256 over both nonces and the key, so each side proves it knows the
+// secret without sending it, and neither proof can be replayed on another
+// connection.
+package kvtransfer
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Error classes. Every error this package returns wraps at most one of these
+// with context; match them with errors.Is.
+var (
+	// ErrUnknownTransfer: the producer holds no lease under the key (never
+	// exported, already claimed, released or expired), or a push waited
+	// longer than the producer's lease duration for the export.
+	ErrUnknownTransfer = errors.New("kvtransfer: unknown transfer")
+	// ErrEngineMismatch: the producer is not the engine the consumer expected.
+	ErrEngineMismatch = errors.New("kvtransfer: engine id mismatch")
+	// ErrAuth: a peer failed to prove it knows the deployment secret.
+	ErrAuth = errors.New("kvtransfer: authentication failed")
+	// ErrShape: the two sides disagree on the cache geometry, block size or
+	// byte order, so the raw bytes would mean different things.
+	ErrShape = errors.New("kvtransfer: shape mismatch")
+	// ErrBlockCount: the consumer's destination has a different number of
+	// blocks than the producer exported.
+	ErrBlockCount = errors.New("kvtransfer: block count mismatch")
+	// ErrBusy: the transfer is already being streamed to another consumer,
+	// or another consumer is already waiting for it. A retry may succeed once
+	// the other connection is gone.
+	ErrBusy = errors.New("kvtransfer: transfer busy")
+	// ErrProtocol: the peer broke the wire protocol (bad magic, version,
+	// frame type or length).
+	ErrProtocol = errors.New("kvtransfer: protocol error")
+	// ErrInvalid: the caller passed invalid arguments (empty key, bad or
+	// duplicate block ids, key already exported). The caller still owns any
+	// blocks it passed.
+	ErrInvalid = errors.New("kvtransfer: invalid argument")
+	// ErrClosed: the producer is closed.
+	ErrClosed = errors.New("kvtransfer: producer closed")
+)
+
+// BlockStore is the engine's cache as the data path sees it. The views
+// returned by Block must be BlockBytes long and stay valid while the block
+// is allocated. *kvcache.Cache satisfies it through CacheStore.
+type BlockStore interface {
+	BlockBytes() int
+	Block(id int) []byte // a view of the block's memory
+	Free(ids []int)      // return blocks to the pool (producer side, when a lease ends)
+}
+
+// blockCounter is an optional BlockStore capability: when present, block ids
+// are range-checked before they reach Block, which would otherwise panic.
+type blockCounter interface {
+	NumBlocks() int
+}
+
+// Config configures either side. The zero value needs only an EngineID on
+// the producer.
+type Config struct {
+	EngineID      string
+	ListenAddr    string        // producer's side channel, "127.0.0.1:0" style; default 127.0.0.1:0
+	Secret        string        // deployment secret; when set, peers must prove they know it; when empty, no auth
+	LeaseDuration time.Duration // how long exported blocks wait to be claimed; default 30s
+	Shape         string        // opaque geometry (e.g. fmt.Sprint of a kvcache.Shape) both sides must agree on
+	// IOTimeout bounds each network step: the handshake, a batch of a few
+	// MiB of blocks, the final ack. A peer that stalls longer is dropped.
+	// Default 30s.
+	IOTimeout time.Duration
+	Clock     func() time.Time // lease expiry reads time here; time.Now when nil
+	Logger    *slog.Logger     // discards when nil
+}
+
+const (
+	defaultLeaseDuration = 30 * time.Second
+	defaultIOTimeout     = 30 * time.Second
+	defaultListenAddr    = "127.0.0.1:0"
+	maxKeyLen            = 1024
+)
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = defaultListenAddr
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = defaultLeaseDuration
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = defaultIOTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

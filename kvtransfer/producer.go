@@ -1,0 +1,643 @@
+package kvtransfer
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Producer is the prefill side: it holds exported blocks under leases and
+// serves them to consumers on its listener. All of its mutable state is in
+// the lease table guarded by mu; connection handlers, the expiry loop and the
+// public methods all go through it.
+type Producer struct {
+	cfg   Config
+	store BlockStore
+	ln    net.Listener
+	log   *slog.Logger
+	done  chan struct{} // closed by Close: stops the accept and expiry loops
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	leases  map[string]*lease
+	owned   map[int]string // block id → key of the lease that holds it; catches double ownership at Export
+	waiters map[string]*waiter
+	conns   map[net.Conn]struct{}
+	stats   ProducerStats // only the counters; the gauges are computed in Stats
+}
+
+// lease is one exported transfer. While streaming, exactly one connection
+// handler reads its blocks and neither expiry nor Release may free them: the
+// handler checks the lease back in and the free happens then.
+type lease struct {
+	key       string
+	blocks    []int
+	numTokens int
+	deadline  time.Time // on the injected clock
+	streaming bool
+	released  bool   // Release came while streaming; free at check-in
+	abort     func() // closes the streaming connection, so Release is prompt
+}
+
+// waiter is a push consumer that arrived before its key was exported (or
+// while another connection held it). Export hands it the lease and wakes it.
+type waiter struct {
+	conn  net.Conn
+	lease *lease // set under mu by whoever hands the lease over
+}
+
+// ProducerStats is a snapshot of the lease table. Every exported transfer
+// ends exactly once as Completed, Released (by Release, ReleaseRemote or
+// Close) or Expired; until then it counts in LeasedTransfers.
+type ProducerStats struct {
+	LeasedTransfers int
+	LeasedBlocks    int
+	Streaming       int // leases being sent right now (included in LeasedTransfers)
+	Waiting         int // push consumers waiting for an export
+	Completed       uint64
+	Released        uint64
+	Expired         uint64
+}
+
+// NewProducer starts listening on cfg.ListenAddr and serving consumers.
+// Close stops it.
+func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
+	cfg = cfg.withDefaults()
+	if cfg.EngineID == "" {
+		return nil, fmt.Errorf("%w: producer needs an EngineID: consumers check it", ErrInvalid)
+	}
+	if store == nil || store.BlockBytes() <= 0 || store.BlockBytes() > 1<<32-1 {
+		return nil, fmt.Errorf("%w: producer needs a store with a block size in (0, 4 GiB)", ErrInvalid)
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("kvtransfer: listen on %s: %w", cfg.ListenAddr, err)
+	}
+	p := &Producer{
+		cfg:     cfg,
+		store:   store,
+		ln:      ln,
+		log:     cfg.Logger.With("engine_id", cfg.EngineID),
+		done:    make(chan struct{}),
+		leases:  make(map[string]*lease),
+		owned:   make(map[int]string),
+		waiters: make(map[string]*waiter),
+		conns:   make(map[net.Conn]struct{}),
+	}
+	p.wg.Go(p.acceptLoop)
+	p.wg.Go(p.expiryLoop)
+	return p, nil
+}
+
+// Addr is the bound side-channel address, to be advertised to consumers.
+func (p *Producer) Addr() net.Addr { return p.ln.Addr() }
+
+// Close stops listening, drops every connection, waits for every goroutine
+// and frees every leased block (counted as Released).
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	conns := make([]net.Conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+
+	err := p.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	p.wg.Wait()
+
+	// Every handler has checked its lease back in, so nothing streams now.
+	p.mu.Lock()
+	var free []int
+	for _, l := range p.leases {
+		free = append(free, p.dropLocked(l)...)
+		p.stats.Released++
+	}
+	p.mu.Unlock()
+	if len(free) > 0 {
+		p.store.Free(free)
+		p.log.Info("kvtransfer: closed with leases outstanding; freed", "blocks", len(free))
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("kvtransfer: close listener: %w", err)
+	}
+	return nil
+}
+
+// Export hands the blocks of a finished prefill to the data path under a
+// lease. On success the producer owns the blocks and frees them when a
+// consumer has received them, on Release, on expiry or on Close; on error the
+// caller still owns them.
+func (p *Producer) Export(key string, blocks []int, numTokens int) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("kvtransfer: export: %w", err)
+	}
+	if err := checkBlocks(p.store, blocks); err != nil {
+		return fmt.Errorf("kvtransfer: export %q: %w", key, err)
+	}
+	if numTokens < 0 {
+		return fmt.Errorf("kvtransfer: export %q: %w: numTokens %d", key, ErrInvalid, numTokens)
+	}
+	l := &lease{key: key, blocks: slices.Clone(blocks), numTokens: numTokens, deadline: p.cfg.Clock().Add(p.cfg.LeaseDuration)}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("kvtransfer: export %q: %w", key, ErrClosed)
+	}
+	if _, dup := p.leases[key]; dup {
+		p.mu.Unlock()
+		return fmt.Errorf("kvtransfer: export %q: %w: key already exported", key, ErrInvalid)
+	}
+	for _, id := range l.blocks {
+		if other, ok := p.owned[id]; ok {
+			p.mu.Unlock()
+			return fmt.Errorf("kvtransfer: export %q: %w: block %d is already leased under %q", key, ErrInvalid, id, other)
+		}
+	}
+	p.leases[key] = l
+	for _, id := range l.blocks {
+		p.owned[id] = key
+	}
+	handed := p.handOverLocked(l)
+	p.mu.Unlock()
+	p.log.Debug("kvtransfer: exported", "key", key, "blocks", len(blocks), "num_tokens", numTokens, "push_waiting", handed)
+	return nil
+}
+
+// Release drops key's lease without transferring and frees its blocks. If the
+// blocks are being streamed right now, the stream is aborted and they are
+// freed as soon as the handler lets go of them. It reports whether key was
+// leased.
+func (p *Producer) Release(key string) bool {
+	p.mu.Lock()
+	l, ok := p.leases[key]
+	if !ok {
+		p.mu.Unlock()
+		return false
+	}
+	if l.streaming {
+		l.released = true
+		abort := l.abort
+		p.mu.Unlock()
+		abort()
+		p.log.Debug("kvtransfer: release aborts a stream in flight", "key", key)
+		return true
+	}
+	free := p.dropLocked(l)
+	p.stats.Released++
+	p.mu.Unlock()
+	p.store.Free(free)
+	p.log.Debug("kvtransfer: released", "key", key, "blocks", len(free))
+	return true
+}
+
+// ExpireNow frees every idle lease whose deadline has passed on the injected
+// clock and returns how many it expired. The expiry loop calls it
+// periodically; tests call it after moving a fake clock.
+func (p *Producer) ExpireNow() int {
+	now := p.cfg.Clock()
+	p.mu.Lock()
+	var free []int
+	var keys []string
+	for _, l := range p.leases {
+		// A streaming lease is skipped: its blocks are being read. If the
+		// stream fails, the lease is checked back in and expires next sweep.
+		if l.streaming || now.Before(l.deadline) {
+			continue
+		}
+		free = append(free, p.dropLocked(l)...)
+		keys = append(keys, l.key)
+		p.stats.Expired++
+	}
+	p.mu.Unlock()
+	if len(free) > 0 {
+		p.store.Free(free)
+	}
+	for _, k := range keys {
+		p.log.Warn("kvtransfer: lease expired unclaimed; blocks freed", "key", k, "lease", p.cfg.LeaseDuration)
+	}
+	return len(keys)
+}
+
+// Stats returns a snapshot of the lease table.
+func (p *Producer) Stats() ProducerStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.LeasedTransfers = len(p.leases)
+	s.LeasedBlocks = len(p.owned)
+	s.Waiting = len(p.waiters)
+	for _, l := range p.leases {
+		if l.streaming {
+			s.Streaming++
+		}
+	}
+	return s
+}
+
+// dropLocked removes l from the table and returns its blocks for freeing
+// outside the lock.
+func (p *Producer) dropLocked(l *lease) []int {
+	delete(p.leases, l.key)
+	for _, id := range l.blocks {
+		delete(p.owned, id)
+	}
+	return l.blocks
+}
+
+// handOverLocked gives idle lease l to a push consumer waiting for its key,
+// if there is one, and wakes it by interrupting its blocked read with a
+// deadline in the past. The wake-up happens under mu: the handler can only
+// see its lease, and so set later deadlines of its own, after mu is released,
+// so a late wake-up can never cut short its stream.
+func (p *Producer) handOverLocked(l *lease) (handed bool) {
+	w := p.waiters[l.key]
+	if w == nil {
+		return false
+	}
+	delete(p.waiters, l.key)
+	w.lease = l
+	l.streaming = true
+	conn := w.conn
+	l.abort = func() { conn.Close() }
+	conn.SetReadDeadline(aLongTimeAgo)
+	return true
+}
+
+// checkout claims key's lease for streaming on conn.
+func (p *Producer) checkout(key string, blocks int, conn net.Conn) (*lease, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.leases[key]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: no lease for %q", ErrUnknownTransfer, key)
+	case l.streaming:
+		return nil, fmt.Errorf("%w: %q is being sent on another connection", ErrBusy, key)
+	case len(l.blocks) != blocks:
+		return nil, fmt.Errorf("%w: %q has %d blocks, consumer expects %d", ErrBlockCount, key, len(l.blocks), blocks)
+	}
+	l.streaming = true
+	l.abort = func() { conn.Close() }
+	return l, nil
+}
+
+// checkin ends a stream of l. Acked: the consumer has every byte, so free.
+// Otherwise the lease goes back to the table (or to a push consumer already
+// waiting for it), unless Release came meanwhile.
+func (p *Producer) checkin(l *lease, acked bool) {
+	p.mu.Lock()
+	l.streaming, l.abort = false, nil
+	var free []int
+	switch {
+	case acked:
+		free = p.dropLocked(l)
+		p.stats.Completed++
+	case l.released:
+		free = p.dropLocked(l)
+		p.stats.Released++
+	default:
+		p.handOverLocked(l)
+	}
+	p.mu.Unlock()
+	if free != nil {
+		p.store.Free(free)
+	}
+}
+
+func (p *Producer) acceptLoop() {
+	var backoff time.Duration
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+			// Out of file descriptors and the like: back off as net/http does
+			// rather than spin, and keep serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Warn("kvtransfer: accept failed; retrying", "err", err, "backoff", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-p.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		backoff = 0
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			conn.Close()
+			return
+		}
+		p.conns[conn] = struct{}{}
+		p.wg.Go(func() { p.serve(conn) })
+		p.mu.Unlock()
+	}
+}
+
+// expiryLoop sweeps on a real-time ticker but judges deadlines on the
+// injected clock, so a fake clock plus ExpireNow tests expiry without sleeping.
+func (p *Producer) expiryLoop() {
+	t := time.NewTicker(min(max(p.cfg.LeaseDuration/8, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+			p.ExpireNow()
+		}
+	}
+}
+
+// serve runs one consumer connection from hello to done.
+func (p *Producer) serve(conn net.Conn) {
+	defer func() {
+		conn.Close()
+		p.mu.Lock()
+		delete(p.conns, conn)
+		p.mu.Unlock()
+	}()
+	log := p.log.With("remote", conn.RemoteAddr().String())
+	if err := conn.SetDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+		return
+	}
+
+	serverNonce := make([]byte, nonceLen)
+	rand.Read(serverNonce) // never fails (crypto/rand crashes the program instead)
+	if err := writeJSON(conn, frameHello, helloMsg{Nonce: serverNonce}); err != nil {
+		log.Debug("kvtransfer: hello failed", "err", err)
+		return
+	}
+	var req requestMsg
+	if err := readJSON(conn, frameRequest, &req); err != nil {
+		log.Info("kvtransfer: bad request", "err", err)
+		refuse(conn, err)
+		return
+	}
+	log = log.With("key", req.Key, "op", req.Op)
+	if err := p.admit(&req, serverNonce); err != nil {
+		log.Info("kvtransfer: request refused", "err", err)
+		refuse(conn, err)
+		return
+	}
+	var acc acceptMsg
+	if p.cfg.Secret != "" {
+		acc.MAC = producerMAC(p.cfg.Secret, serverNonce, req.Nonce, req.Key)
+	}
+
+	switch req.Op {
+	case opRelease:
+		if !p.Release(req.Key) {
+			refuse(conn, fmt.Errorf("%w: no lease for %q", ErrUnknownTransfer, req.Key))
+			return
+		}
+		writeJSON(conn, frameAccept, acc)
+	case opPull:
+		l, err := p.checkout(req.Key, req.Blocks, conn)
+		if err != nil {
+			log.Info("kvtransfer: pull refused", "err", err)
+			refuse(conn, err)
+			return
+		}
+		if err := writeJSON(conn, frameAccept, acc); err != nil {
+			p.checkin(l, false)
+			return
+		}
+		p.stream(conn, l, log)
+	case opPush:
+		p.push(conn, &req, acc, log)
+	}
+}
+
+// admit checks a request in the order that reveals least to a stranger:
+// authentication first, then the geometry, then the engine.
+func (p *Producer) admit(req *requestMsg, serverNonce []byte) error {
+	if p.cfg.Secret != "" {
+		if len(req.MAC) == 0 {
+			return fmt.Errorf("%w: producer requires a secret; request carries no proof", ErrAuth)
+		}
+		if !hmac.Equal(req.MAC, consumerMAC(p.cfg.Secret, serverNonce, req)) {
+			return fmt.Errorf("%w: wrong secret", ErrAuth)
+		}
+	}
+	if err := checkKey(req.Key); err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if len(req.Nonce) != nonceLen {
+		return fmt.Errorf("%w: client nonce of %d bytes, want %d", ErrProtocol, len(req.Nonce), nonceLen)
+	}
+	switch req.Op {
+	case opRelease:
+		return nil
+	case opPull, opPush:
+	default:
+		return fmt.Errorf("%w: unknown op %q", ErrProtocol, req.Op)
+	}
+	if req.ByteOrder != nativeByteOrder() {
+		return fmt.Errorf("%w: consumer is %s-endian, producer is %s-endian", ErrShape, req.ByteOrder, nativeByteOrder())
+	}
+	if req.Shape != p.cfg.Shape {
+		return fmt.Errorf("%w: consumer shape %q, producer shape %q", ErrShape, req.Shape, p.cfg.Shape)
+	}
+	if req.BlockBytes != p.store.BlockBytes() {
+		return fmt.Errorf("%w: consumer blocks are %d bytes, producer blocks are %d", ErrShape, req.BlockBytes, p.store.BlockBytes())
+	}
+	if req.EngineID != p.cfg.EngineID {
+		return fmt.Errorf("%w: consumer expects engine %q, this is %q", ErrEngineMismatch, req.EngineID, p.cfg.EngineID)
+	}
+	if req.Blocks < 1 {
+		return fmt.Errorf("%w: consumer expects %d blocks", ErrBlockCount, req.Blocks)
+	}
+	return nil
+}
+
+// push serves a Mooncake-shaped consumer: it gets the lease at once if the
+// key is exported and idle, or else waits, blocked in a read, until Export or
+// a failed stream hands the lease over and wakes it, the consumer hangs up,
+// or a lease duration passes with no export.
+func (p *Producer) push(conn net.Conn, req *requestMsg, acc acceptMsg, log *slog.Logger) {
+	// Arm the wait bound before registering: once registered, a wake-up (a
+	// deadline in the past) may come at any moment and must not be
+	// overwritten.
+	if err := conn.SetReadDeadline(time.Now().Add(p.cfg.LeaseDuration)); err != nil {
+		return
+	}
+	w := &waiter{conn: conn}
+	p.mu.Lock()
+	l := p.leases[req.Key]
+	switch {
+	case p.waiters[req.Key] != nil:
+		p.mu.Unlock()
+		refuse(conn, fmt.Errorf("%w: another consumer is already waiting for %q", ErrBusy, req.Key))
+		return
+	case l != nil && !l.streaming:
+		l.streaming = true
+		l.abort = func() { conn.Close() }
+	default:
+		l = nil
+		p.waiters[req.Key] = w
+	}
+	p.mu.Unlock()
+
+	err := writeJSON(conn, frameAccept, acc)
+	if l == nil {
+		var rerr error
+		if err == nil {
+			var one [1]byte
+			_, rerr = conn.Read(one[:])
+		}
+		p.mu.Lock()
+		l = w.lease
+		if l == nil && p.waiters[req.Key] == w {
+			delete(p.waiters, req.Key)
+		}
+		p.mu.Unlock()
+		if l == nil {
+			if ne, ok := rerr.(net.Error); ok && ne.Timeout() {
+				log.Info("kvtransfer: push consumer waited a whole lease for the export; giving up")
+				conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
+				refuse(conn, fmt.Errorf("%w: %q not exported within %v", ErrUnknownTransfer, req.Key, p.cfg.LeaseDuration))
+			}
+			return
+		}
+		// Only a timeout can be our wake-up; anything else (EOF, a closed
+		// connection, a stray byte) means this consumer is gone or broken.
+		if ne, ok := rerr.(net.Error); err != nil || !ok || !ne.Timeout() {
+			p.checkin(l, false)
+			return
+		}
+	} else if err != nil {
+		p.checkin(l, false)
+		return
+	}
+	if len(l.blocks) != req.Blocks {
+		conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
+		refuse(conn, fmt.Errorf("%w: %q has %d blocks, consumer expects %d", ErrBlockCount, req.Key, len(l.blocks), req.Blocks))
+		p.checkin(l, false)
+		return
+	}
+	p.stream(conn, l, log)
+}
+
+// stream sends l's blocks straight from the store's memory, waits for the
+// consumer's ack, and only then frees them.
+func (p *Producer) stream(conn net.Conn, l *lease, log *slog.Logger) {
+	start := time.Now()
+	err := p.sendBlocks(conn, l)
+	if err == nil {
+		err = p.readAck(conn)
+	}
+	if err != nil {
+		p.checkin(l, false)
+		log.Info("kvtransfer: transfer failed; blocks stay leased", "err", err)
+		return
+	}
+	p.checkin(l, true)
+	conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
+	writeFrame(conn, frameDone, nil)
+	log.Debug("kvtransfer: transfer complete", "blocks", len(l.blocks), "num_tokens", l.numTokens, "elapsed", time.Since(start))
+}
+
+func (p *Producer) sendBlocks(conn net.Conn, l *lease) error {
+	bb := p.store.BlockBytes()
+	hdr := make([]byte, headerLen+dataHdrLen)
+	putHeader(hdr, frameData, dataHdrLen)
+	copy(hdr[headerLen:], dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(bb), numTokens: uint64(l.numTokens)}.bytes())
+
+	perBatch := max(1, batchBytes/bb)
+	bufs := make(net.Buffers, 0, perBatch+1)
+	bufs = append(bufs, hdr)
+	for i, id := range l.blocks {
+		b := p.store.Block(id)
+		if len(b) != bb {
+			return fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
+		}
+		bufs = append(bufs, b)
+		if len(bufs) < perBatch && i < len(l.blocks)-1 {
+			continue
+		}
+		// One writev per batch; the deadline bounds how long a stalled
+		// consumer can pin the lease in the streaming state.
+		if err := conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+			return err
+		}
+		if _, err := bufs.WriteTo(conn); err != nil {
+			return fmt.Errorf("send blocks: %w", err)
+		}
+		bufs = bufs[:0:cap(bufs)]
+	}
+	return nil
+}
+
+func (p *Producer) readAck(conn net.Conn) error {
+	if err := conn.SetReadDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+		return err
+	}
+	typ, _, err := readFrame(conn)
+	if err != nil {
+		return fmt.Errorf("read ack: %w", err)
+	}
+	if typ != frameAck {
+		return fmt.Errorf("%w: got frame type %d, want ack", ErrProtocol, typ)
+	}
+	return nil
+}
+
+// refuse tells the consumer why, best effort: the connection closes next.
+func refuse(conn net.Conn, err error) {
+	writeJSON(conn, frameError, errorMsg{Code: codeOf(err), Message: err.Error()})
+}
+
+func checkKey(key string) error {
+	if key == "" || len(key) > maxKeyLen {
+		return fmt.Errorf("%w: key must be 1 to %d bytes, got %d", ErrInvalid, maxKeyLen, len(key))
+	}
+	return nil
+}
+
+// checkBlocks refuses empty lists, duplicates and (when the store can tell)
+// ids out of range: a duplicate would be freed twice or written twice.
+func checkBlocks(store BlockStore, ids []int) error {
+	if len(ids) == 0 || len(ids) > 1<<32-1 {
+		return fmt.Errorf("%w: %d blocks", ErrInvalid, len(ids))
+	}
+	n := -1
+	if bc, ok := store.(blockCounter); ok {
+		n = bc.NumBlocks()
+	}
+	seen := make(map[int]struct{}, len(ids))
+	for _, id := range ids {
+		if id < 0 || (n >= 0 && id >= n) {
+			return fmt.Errorf("%w: block id %d out of range", ErrInvalid, id)
+		}
+		if _, dup := seen[id]; dup {
+			return fmt.Errorf("%w: block id %d listed twice", ErrInvalid, id)
+		}
+		seen[id] = struct{}{}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package kvtransfer
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+const (
+	magic        = "OKVT"
+	version      = 1
+	headerLen    = 12
+	maxControl   = 64 << 10 // control frames are tiny; this bounds what a bad peer can make us allocate
+	dataHdrLen   = 16
+	nonceLen     = 32
+	batchBytes   = 8 << 20 // one write deadline per batch: long enough for writev, short enough to notice a stalled peer
+	protoContext = "omnipd-kvtransfer/1"
+)
+
+// Frame types.
+const (
+	frameHello   byte = 1
+	frameRequest byte = 2
+	frameAccept  byte = 3
+	frameError   byte = 4
+	frameData    byte = 5
+	frameAck     byte = 6
+	frameDone    byte = 7
+)
+
+// Request ops.
+const (
+	opPull    = "pull"
+	opPush    = "push"
+	opRelease = "release"
+)
+
+// Error codes carried by ERROR frames; each maps to one sentinel.
+var codeErrors = map[string]error{
+	"unknown_transfer": ErrUnknownTransfer,
+	"engine_mismatch":  ErrEngineMismatch,
+	"auth":             ErrAuth,
+	"shape":            ErrShape,
+	"block_count":      ErrBlockCount,
+	"busy":             ErrBusy,
+	"protocol":         ErrProtocol,
+}
+
+func codeOf(err error) string {
+	for code, sentinel := range codeErrors {
+		if errors.Is(err, sentinel) {
+			return code
+		}
+	}
+	return "protocol"
+}
+
+type helloMsg struct {
+	Nonce []byte `json:"nonce"`
+}
+
+type requestMsg struct {
+	Op         string `json:"op"`
+	Key        string `json:"key"`
+	EngineID   string `json:"engine_id,omitempty"`
+	Blocks     int    `json:"blocks,omitempty"`
+	BlockBytes int    `json:"block_bytes,omitempty"`
+	Shape      string `json:"shape,omitempty"`
+	ByteOrder  string `json:"byte_order,omitempty"`
+	Nonce      []byte `json:"nonce"`
+	MAC        []byte `json:"mac,omitempty"`
+}
+
+type acceptMsg struct {
+	MAC []byte `json:"mac,omitempty"`
+}
+
+type errorMsg struct {
+	Code    string `json:"code"`
+	Message string `json:"msg"`
+}
+
+// refusal is an ERROR frame received from the producer. It is kept apart from
+// local IO errors so that a cancelled context does not hide why the producer
+// said no.
+type refusal struct {
+	sentinel error
+	msg      string
+}
+
+func (r *refusal) Error() string { return "refused by producer: " + r.msg }
+func (r *refusal) Unwrap() error { return r.sentinel }
+
+func refusalFrom(payload []byte) error {
+	var m errorMsg
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return fmt.Errorf("%w: undecodable error frame: %v", ErrProtocol, err)
+	}
+	sentinel, ok := codeErrors[m.Code]
+	if !ok {
+		sentinel = ErrProtocol
+	}
+	return &refusal{sentinel: sentinel, msg: m.Message}
+}
+
+// nativeByteOrder names how this machine lays out a float32 in memory, which
+// is how blocks travel.
+func nativeByteOrder() string {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) == 1 {
+		return "little"
+	}
+	return "big"
+}
+
+func putHeader(b []byte, typ byte, n int) {
+	copy(b[0:4], magic)
+	b[4] = version
+	b[5] = typ
+	b[6], b[7] = 0, 0
+	binary.BigEndian.PutUint32(b[8:12], uint32(n))
+}
+
+// writeFrame writes header and payload in one Write so a frame is one segment.
+func writeFrame(w io.Writer, typ byte, payload []byte) error {
+	b := make([]byte, headerLen+len(payload))
+	putHeader(b, typ, len(payload))
+	copy(b[headerLen:], payload)
+	_, err := w.Write(b)
+	return err
+}
+
+func writeJSON(w io.Writer, typ byte, v any) error {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(payload) > maxControl {
+		return fmt.Errorf("%w: control frame of %d bytes exceeds %d", ErrProtocol, len(payload), maxControl)
+	}
+	return writeFrame(w, typ, payload)
+}
+
+// readFrame reads one frame, refusing anything that is not ours or is larger
+// than maxControl before allocating for it.
+func readFrame(r io.Reader) (typ byte, payload []byte, err error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	if string(h[0:4]) != magic {
+		return 0, nil, fmt.Errorf("%w: bad magic %q: not an omnipd kvtransfer peer", ErrProtocol, h[0:4])
+	}
+	if h[4] != version {
+		return 0, nil, fmt.Errorf("%w: peer speaks version %d, want %d", ErrProtocol, h[4], version)
+	}
+	n := binary.BigEndian.Uint32(h[8:12])
+	if n > maxControl {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrProtocol, n, maxControl)
+	}
+	payload = make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, nil, err
+	}
+	return h[5], payload, nil
+}
+
+// readJSON reads a frame of type want into v. An ERROR frame becomes the
+// producer's refusal.
+func readJSON(r io.Reader, want byte, v any) error {
+	typ, payload, err := readFrame(r)
+	if err != nil {
+		return err
+	}
+	if typ == frameError {
+		return refusalFrom(payload)
+	}
+	if typ != want {
+		return fmt.Errorf("%w: got frame type %d, want %d", ErrProtocol, typ, want)
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("%w: frame type %d: %v", ErrProtocol, typ, err)
+	}
+	return nil
+}
+
+type dataHeader struct {
+	blocks, blockBytes uint32
+	numTokens          uint64
+}
+
+func (d dataHeader) bytes() []byte {
+	var b [dataHdrLen]byte
+	binary.BigEndian.PutUint32(b[0:4], d.blocks)
+	binary.BigEndian.PutUint32(b[4:8], d.blockBytes)
+	binary.BigEndian.PutUint64(b[8:16], d.numTokens)
+	return b[:]
+}
+
+func parseDataHeader(b []byte) (dataHeader, error) {
+	if len(b) != dataHdrLen {
+		return dataHeader{}, fmt.Errorf("%w: data header of %d bytes, want %d", ErrProtocol, len(b), dataHdrLen)
+	}
+	return dataHeader{
+		blocks:     binary.BigEndian.Uint32(b[0:4]),
+		blockBytes: binary.BigEndian.Uint32(b[4:8]),
+		numTokens:  binary.BigEndian.Uint64(b[8:16]),
+	}, nil
+}
+
+// mac computes HMAC-SHA256 over the role and length-prefixed fields, so no
+// two different field lists share an input and a consumer proof can never be
+// reflected back as a producer proof.
+func mac(secret, role string, fields ...[]byte) []byte {
+	h := hmac.New(sha256.New, []byte(secret))
+	var n [4]byte
+	for _, f := range append([][]byte{[]byte(protoContext), []byte(role)}, fields...) {
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		h.Write(n[:])
+		h.Write(f)
+	}
+	return h.Sum(nil)
+}
+
+func consumerMAC(secret string, serverNonce []byte, r *requestMsg) []byte {
+	return mac(secret, "consumer", serverNonce, r.Nonce, []byte(r.Op), []byte(r.Key), []byte(r.EngineID))
+}
+
+func producerMAC(secret string, serverNonce, clientNonce []byte, key string) []byte {
+	return mac(secret, "producer", serverNonce, clientNonce, []byte(key))
+}
+
+// aLongTimeAgo is a deadline in the past: setting it makes a blocked read
+// return at once, which is how Export wakes a waiting push handler.
+var aLongTimeAgo = time.Unix(1, 0)

@@ -1,0 +1,326 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/sampler"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/openai"
+)
+
+// generation is one request, decoded from either endpoint.
+type generation struct {
+	chat           bool
+	model          string
+	prompt         []int
+	params         sampler.Params
+	stream         bool
+	includeUsage   bool
+	returnTokenIDs bool
+	kvParams       map[string]any
+}
+
+// Default max_tokens: OpenAI's 16 for completions; for chat, the rest of
+// the context, as vLLM.
+const defaultCompletionMaxTokens = 16
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
+	req, err := openai.DecodeCompletionRequest(r.Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	g := &generation{model: req.Model, kvParams: req.KVTransferParams}
+	switch {
+	case req.Prompt == nil:
+		return openai.InvalidRequest("prompt", "prompt is required")
+	case req.Prompt.Kind == openai.PromptText:
+		g.prompt = s.eng.Tokenizer().Encode(req.Prompt.Texts[0])
+	case req.Prompt.Kind == openai.PromptTokens:
+		g.prompt = req.Prompt.TokenIDs[0]
+	default:
+		return openai.InvalidRequest("prompt", "a batch of prompts is not supported by the reference worker; send one prompt per request")
+	}
+	if req.Logprobs != nil {
+		return openai.InvalidRequest("logprobs", "logprobs are not supported by the reference worker")
+	}
+	if err := s.common(g, &req.SamplingParams, req.MaxTokens, req.Stream, req.StreamOptions, req.Extra, defaultCompletionMaxTokens); err != nil {
+		return err
+	}
+	return s.generate(w, r, g)
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
+	req, err := openai.DecodeChatRequest(r.Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	g := &generation{chat: true, model: req.Model, kvParams: req.KVTransferParams}
+	msgs := make([]tokenizer.Message, 0, len(req.Messages))
+	for i, m := range req.Messages {
+		if m.Content != nil {
+			for j, part := range m.Content.Parts {
+				if part.Type != openai.PartText {
+					return openai.InvalidRequest(fmt.Sprintf("messages[%d].content[%d].type", i, j), fmt.Sprintf("content of type %q is not supported by the reference Thinker; send text", part.Type))
+				}
+			}
+		}
+		msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Text()})
+	}
+	g.prompt = s.eng.Tokenizer().ApplyChatTemplate(msgs, true)
+	if req.Logprobs != nil && *req.Logprobs {
+		return openai.InvalidRequest("logprobs", "logprobs are not supported by the reference worker")
+	}
+	rest := s.eng.Model().Config.MaxPositionEmbeddings - len(g.prompt)
+	if err := s.common(g, &req.SamplingParams, req.EffectiveMaxTokens(), req.Stream, req.StreamOptions, req.Extra, rest); err != nil {
+		return err
+	}
+	return s.generate(w, r, g)
+}
+
+// common fills what both endpoints share: model check, sampling, streaming.
+func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int, stream *bool, opts *openai.StreamOptions, extra map[string]json.RawMessage, defaultMax int) error {
+	if g.model != "" && g.model != s.cfg.ModelName {
+		return openai.ModelNotFound(g.model)
+	}
+	if sp.N != nil && *sp.N != 1 {
+		return openai.InvalidRequest("n", "n > 1 is not supported by the reference worker")
+	}
+	p := sampler.Defaults()
+	setF := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setF(&p.Temperature, sp.Temperature)
+	setF(&p.TopP, sp.TopP)
+	setF(&p.MinP, sp.MinP)
+	setF(&p.RepetitionPenalty, sp.RepetitionPenalty)
+	setF(&p.PresencePenalty, sp.PresencePenalty)
+	setF(&p.FrequencyPenalty, sp.FrequencyPenalty)
+	if sp.TopK != nil {
+		p.TopK = *sp.TopK
+	}
+	p.Seed = sp.Seed
+	if sp.MinTokens != nil {
+		p.MinTokens = *sp.MinTokens
+	}
+	if sp.IgnoreEOS != nil {
+		p.IgnoreEOS = *sp.IgnoreEOS
+	}
+	p.StopTokenIDs = sp.StopTokenIDs
+	if sp.Stop != nil {
+		p.Stop = sp.Stop.Strings
+	}
+	p.MaxTokens = defaultMax
+	if maxTokens != nil {
+		if *maxTokens < 1 {
+			return openai.InvalidRequest("max_tokens", "max_tokens must be at least 1")
+		}
+		p.MaxTokens = *maxTokens
+	}
+	if p.MaxTokens < 1 {
+		return openai.InvalidRequest("messages", fmt.Sprintf("the prompt (%d tokens) fills the model's context of %d tokens", len(g.prompt), s.eng.Model().Config.MaxPositionEmbeddings))
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	g.params = p
+	g.stream = stream != nil && *stream
+	g.includeUsage = opts != nil && opts.IncludeUsage != nil && *opts.IncludeUsage
+	if raw, ok := extra["return_token_ids"]; ok {
+		_ = json.Unmarshal(raw, &g.returnTokenIDs)
+	}
+	return nil
+}
+
+// generate runs the request through the engine and writes the response.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation) error {
+	ctx := r.Context()
+	id := requestID(ctx)
+	start := time.Now()
+	plan, err := s.kv.plan(g.kvParams, id)
+	if err != nil {
+		return err
+	}
+	req := &engine.Request{ID: id, Prompt: g.prompt, Params: g.params}
+	importStarted := false
+	if plan != nil && plan.export {
+		req.Export = s.kv.exporter(plan)
+	}
+	if plan != nil && plan.imports {
+		req.Import = s.kv.importer(plan, &importStarted)
+		req.RecomputeOnImportFailure = s.kv.cfg.LoadFailurePolicy == "recompute"
+	}
+	events, err := s.eng.Submit(ctx, req)
+	if err != nil {
+		if plan != nil && plan.imports {
+			s.kv.release(plan)
+		}
+		return err
+	}
+	out := &responder{s: s, w: w, g: g, id: id, start: start, created: start.Unix()}
+	if g.stream {
+		out.sse = openai.NewSSEWriter(w)
+	}
+	var last engine.Event
+	var tokens []int
+	prev := start
+	for ev := range events {
+		if !ev.Finished || ev.CompletionTokens > len(tokens) {
+			now := time.Now()
+			if len(tokens) == 0 {
+				s.metrics.RecordFirstToken(now.Sub(start))
+				s.metrics.RecordToken(0)
+			} else {
+				s.metrics.RecordToken(now.Sub(prev))
+			}
+			prev = now
+			tokens = append(tokens, ev.Token)
+		}
+		if ev.Finished {
+			last = ev
+			break
+		}
+		out.delta(ev.Text)
+	}
+	if last.FinishReason == "abort" && plan != nil && plan.imports && !importStarted {
+		// Abandoned before its KV arrived: free the prefill's lease now.
+		s.kv.release(plan)
+	}
+	s.metrics.RecordFinished(last.FinishReason, time.Since(start))
+	if last.Err != nil && last.FinishReason != "abort" {
+		if last.CachedTokens == 0 && plan != nil && plan.imports {
+			s.metrics.RecordKVImportFailure()
+		}
+		return out.fail(last.Err)
+	}
+	if last.FinishReason == "abort" {
+		return ctx.Err()
+	}
+	s.metrics.RecordPromptTokens(last.PromptTokens-last.CachedTokens, last.CachedTokens)
+	usage := openai.Usage{
+		PromptTokens:        last.PromptTokens,
+		CompletionTokens:    last.CompletionTokens,
+		TotalTokens:         last.PromptTokens + last.CompletionTokens,
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: last.CachedTokens},
+	}
+	return out.finish(last.Text, last.FinishReason, usage, s.kv.responseParams(plan, id), tokens)
+}
+
+// responder writes one request's answer, streamed or whole.
+type responder struct {
+	s       *Server
+	w       http.ResponseWriter
+	g       *generation
+	id      string
+	start   time.Time
+	created int64
+	sse     *openai.SSEWriter
+	text    strings.Builder
+	started bool
+}
+
+func (o *responder) chunkID() string {
+	if o.g.chat {
+		return "chatcmpl-" + o.id
+	}
+	return "cmpl-" + o.id
+}
+
+// delta streams new text (or keeps it for the whole response).
+func (o *responder) delta(text string) {
+	if o.sse == nil {
+		o.text.WriteString(text)
+		return
+	}
+	if text == "" && o.started {
+		return
+	}
+	o.writeChunk(text, nil, nil)
+}
+
+func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage) {
+	var v any
+	if o.g.chat {
+		d := openai.ChatDelta{Content: &text}
+		if !o.started {
+			d.Role = "assistant"
+		}
+		c := openai.ChatCompletionChunk{ID: o.chunkID(), Object: "chat.completion.chunk", Created: o.created, Model: o.s.cfg.ModelName,
+			Choices: []openai.ChatChunkChoice{{Index: 0, Delta: d, FinishReason: finish}}, Usage: usage}
+		if finish == nil && usage != nil {
+			c.Choices = nil
+		}
+		v = c
+	} else {
+		c := openai.CompletionChunk{ID: o.chunkID(), Object: "text_completion", Created: o.created, Model: o.s.cfg.ModelName,
+			Choices: []openai.CompletionChunkChoice{{Index: 0, Text: text, FinishReason: finish}}, Usage: usage}
+		if finish == nil && usage != nil {
+			c.Choices = nil
+		}
+		v = c
+	}
+	o.started = true
+	_ = o.sse.WriteEvent(v)
+}
+
+func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any, tokens []int) error {
+	if o.sse != nil {
+		o.writeChunk(text, &reason, nil)
+		if o.g.includeUsage {
+			o.writeChunk("", nil, &usage)
+		}
+		return o.sse.WriteDone()
+	}
+	o.text.WriteString(text)
+	full := o.text.String()
+	var body any
+	if o.g.chat {
+		body = openai.ChatCompletion{ID: o.chunkID(), Object: "chat.completion", Created: o.created, Model: o.s.cfg.ModelName,
+			Choices: []openai.ChatChoice{{Index: 0, Message: openai.ResponseMessage{Role: "assistant", Content: &full}, FinishReason: reason}},
+			Usage:   usage, KVTransferParams: kvParams}
+	} else {
+		body = openai.Completion{ID: o.chunkID(), Object: "text_completion", Created: o.created, Model: o.s.cfg.ModelName,
+			Choices: []openai.CompletionChoice{{Index: 0, Text: full, FinishReason: reason}},
+			Usage:   usage, KVTransferParams: kvParams}
+	}
+	if o.g.returnTokenIDs {
+		// vLLM's return_token_ids: the choice carries the generated ids.
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return err
+		}
+		m["choices"].([]any)[0].(map[string]any)["token_ids"] = tokens
+		body = m
+	}
+	writeJSON(o.w, http.StatusOK, body)
+	return nil
+}
+
+// fail reports an engine error: an HTTP error before anything was
+// streamed, an error event after.
+func (o *responder) fail(err error) error {
+	if o.sse == nil {
+		return err
+	}
+	resp := openai.InternalError(err.Error())
+	_ = o.sse.WriteEvent(resp)
+	_ = o.sse.WriteDone()
+	o.s.log.Error("request failed mid-stream", "request_id", o.id, "err", err)
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,319 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/kvtransfer"
+)
+
+// KVTransferConfig is vLLM's --kv-transfer-config JSON. The reference
+// worker acts on ReferenceConnector; it accepts the other fields so that the
+// same JSON works for both.
+type KVTransferConfig struct {
+	Connector         string         `json:"kv_connector"`
+	Role              string         `json:"kv_role"`
+	EngineID          string         `json:"engine_id,omitempty"`
+	IP                string         `json:"kv_ip,omitempty"`
+	Port              int            `json:"kv_port,omitempty"`
+	BufferDevice      string         `json:"kv_buffer_device,omitempty"`
+	BufferSize        any            `json:"kv_buffer_size,omitempty"`
+	Rank              *int           `json:"kv_rank,omitempty"`
+	ParallelSize      *int           `json:"kv_parallel_size,omitempty"`
+	LoadFailurePolicy string         `json:"kv_load_failure_policy,omitempty"`
+	ExtraConfig       map[string]any `json:"kv_connector_extra_config,omitempty"`
+}
+
+// Handshakes of the reference connector.
+const (
+	HandshakePull = "pull" // NIXL-shaped: the prefill returns block ids, the decode pulls them
+	HandshakePush = "push" // Mooncake-shaped: the decode registers, the prefill pushes
+)
+
+// ReferenceConnector is the kv_connector name of omnipd's own connector.
+const ReferenceConnector = "ReferenceConnector"
+
+// ParseKVTransferConfig reads and checks --kv-transfer-config.
+func ParseKVTransferConfig(s string) (*KVTransferConfig, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var c KVTransferConfig
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return nil, fmt.Errorf("--kv-transfer-config: %w", err)
+	}
+	if c.Connector != ReferenceConnector {
+		return nil, fmt.Errorf("--kv-transfer-config: kv_connector %q: the reference worker moves KV only with %s", c.Connector, ReferenceConnector)
+	}
+	switch c.Role {
+	case "kv_producer", "kv_consumer", "kv_both":
+	default:
+		return nil, fmt.Errorf("--kv-transfer-config: kv_role %q: want kv_producer, kv_consumer or kv_both", c.Role)
+	}
+	switch c.LoadFailurePolicy {
+	case "", "fail", "recompute":
+	default:
+		return nil, fmt.Errorf("--kv-transfer-config: kv_load_failure_policy %q: want fail or recompute", c.LoadFailurePolicy)
+	}
+	if h := c.handshake(); h != HandshakePull && h != HandshakePush {
+		return nil, fmt.Errorf("--kv-transfer-config: kv_connector_extra_config.handshake %q: want pull or push", h)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return nil, fmt.Errorf("--kv-transfer-config: kv_port %d is outside 0-65535", c.Port)
+	}
+	if _, err := c.leaseDuration(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *KVTransferConfig) handshake() string {
+	if h, ok := c.ExtraConfig["handshake"].(string); ok {
+		return h
+	}
+	return HandshakePull
+}
+
+func (c *KVTransferConfig) produces() bool { return c.Role == "kv_producer" || c.Role == "kv_both" }
+func (c *KVTransferConfig) consumes() bool { return c.Role == "kv_consumer" || c.Role == "kv_both" }
+
+// leaseDuration reads kv_connector_extra_config.lease_seconds (default 30,
+// as NIXL's kv_lease_duration).
+func (c *KVTransferConfig) leaseDuration() (time.Duration, error) {
+	v, ok := c.ExtraConfig["lease_seconds"]
+	if !ok {
+		return 0, nil
+	}
+	f, ok := v.(float64)
+	if !ok || f <= 0 {
+		return 0, fmt.Errorf("--kv-transfer-config: kv_connector_extra_config.lease_seconds: want a positive number of seconds, got %v", v)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// kvPath is the worker's end of the reference connector.
+type kvPath struct {
+	cfg      *KVTransferConfig
+	producer *kvtransfer.Producer
+	consumer *kvtransfer.Consumer
+	host     string
+	port     int
+}
+
+func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string) (*kvPath, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	lease, _ := cfg.leaseDuration()
+	kc := kvtransfer.Config{
+		EngineID:      cfg.EngineID,
+		Secret:        secret,
+		LeaseDuration: lease,
+		Shape:         fmt.Sprint(e.Cache().Shape()),
+	}
+	store := kvtransfer.CacheStore(e.Cache())
+	k := &kvPath{cfg: cfg}
+	if cfg.produces() {
+		if cfg.EngineID == "" {
+			return nil, errors.New("--kv-transfer-config: a KV producer needs an explicit engine_id so that decodes can name it")
+		}
+		ip := cfg.IP
+		if ip == "" {
+			ip = "127.0.0.1"
+		}
+		kc.ListenAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.Port))
+		p, err := kvtransfer.NewProducer(kc, store)
+		if err != nil {
+			return nil, fmt.Errorf("start the KV side channel: %w", err)
+		}
+		k.producer = p
+		host, port, _ := net.SplitHostPort(p.Addr().String())
+		k.host = host
+		k.port, _ = strconv.Atoi(port)
+	}
+	if cfg.consumes() {
+		k.consumer = kvtransfer.NewConsumer(kc, store)
+	}
+	return k, nil
+}
+
+func (k *kvPath) close() {
+	if k != nil && k.producer != nil {
+		k.producer.Close()
+	}
+}
+
+// LeasedBlocks and ExpiredLeases feed the worker's metrics.
+func (k *kvPath) LeasedBlocks() int {
+	if k.producer == nil {
+		return 0
+	}
+	return k.producer.Stats().LeasedBlocks
+}
+
+func (k *kvPath) ExpiredLeases() uint64 {
+	if k.producer == nil {
+		return 0
+	}
+	return k.producer.Stats().Expired
+}
+
+// paramError is a kv_transfer_params problem the client caused: HTTP 400,
+// never a crash (a malformed do_remote_prefill is what crashes engines in
+// the field).
+type paramError struct{ msg string }
+
+func (e *paramError) Error() string { return "kv_transfer_params: " + e.msg }
+
+// kvPlan is what one request asks of the KV path.
+type kvPlan struct {
+	export  bool
+	key     string // lease key: request id (pull) or transfer_id (push)
+	imports bool
+	// import source
+	addr, engineID string
+	push           bool
+	// response: the producer's block ids, filled in on export (pull)
+	blocks []int
+}
+
+// plan reads a request's kv_transfer_params. requestID keys pull transfers.
+func (k *kvPath) plan(params map[string]any, requestID string) (*kvPlan, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	if k == nil {
+		return nil, &paramError{"this worker has no KV connector (start it with --kv-transfer-config)"}
+	}
+	remoteDecode, _ := params["do_remote_decode"].(bool)
+	remotePrefill, _ := params["do_remote_prefill"].(bool)
+	push := k.cfg.handshake() == HandshakePush
+	switch {
+	case remoteDecode && remotePrefill:
+		return nil, &paramError{"do_remote_decode and do_remote_prefill are both true"}
+	case remoteDecode:
+		if k.producer == nil {
+			return nil, &paramError{fmt.Sprintf("do_remote_decode on a %s worker; it cannot export KV", k.cfg.Role)}
+		}
+		pl := &kvPlan{export: true, key: requestID}
+		if push {
+			id, err := stringParam(params, "transfer_id")
+			if err != nil {
+				return nil, err
+			}
+			pl.key = id
+		}
+		return pl, nil
+	case remotePrefill:
+		if k.consumer == nil {
+			return nil, &paramError{fmt.Sprintf("do_remote_prefill on a %s worker; it cannot import KV", k.cfg.Role)}
+		}
+		engineID, err := stringParam(params, "remote_engine_id")
+		if err != nil {
+			return nil, err
+		}
+		pl := &kvPlan{imports: true, engineID: engineID, push: push}
+		if push {
+			if pl.key, err = stringParam(params, "transfer_id"); err != nil {
+				return nil, err
+			}
+			bootstrap, err := stringParam(params, "remote_bootstrap_addr")
+			if err != nil {
+				return nil, err
+			}
+			u, perr := url.Parse(bootstrap)
+			if perr != nil || u.Host == "" {
+				return nil, &paramError{fmt.Sprintf("remote_bootstrap_addr %q: want http://HOST:PORT", bootstrap)}
+			}
+			pl.addr = u.Host
+			return pl, nil
+		}
+		if pl.key, err = stringParam(params, "remote_request_id"); err != nil {
+			return nil, err
+		}
+		host, err := stringParam(params, "remote_host")
+		if err != nil {
+			return nil, err
+		}
+		port, ok := params["remote_port"].(float64)
+		if !ok || port < 1 || port > 65535 || port != float64(int(port)) {
+			return nil, &paramError{fmt.Sprintf("remote_port %v: want a port number", params["remote_port"])}
+		}
+		if _, ok := params["remote_block_ids"].([]any); !ok {
+			return nil, &paramError{"remote_block_ids: want a list of block ids"}
+		}
+		pl.addr = net.JoinHostPort(host, strconv.Itoa(int(port)))
+		return pl, nil
+	}
+	return nil, nil
+}
+
+func stringParam(params map[string]any, key string) (string, error) {
+	v, ok := params[key].(string)
+	if !ok || v == "" {
+		return "", &paramError{fmt.Sprintf("%s: missing or not a string", key)}
+	}
+	return v, nil
+}
+
+// exporter hands a finished prefill's blocks to the side channel.
+func (k *kvPath) exporter(pl *kvPlan) engine.KVExport {
+	return func(blocks []int, n int) error {
+		pl.blocks = append([]int(nil), blocks...)
+		return k.producer.Export(pl.key, blocks, n)
+	}
+}
+
+// importer fetches a decode's prompt KV from its prefill. When the request
+// is abandoned before its blocks arrived, the prefill is told to drop them
+// rather than hold them until the lease runs out.
+func (k *kvPath) importer(pl *kvPlan, done *bool) engine.KVImport {
+	return func(ctx context.Context, dst []int) (int, error) {
+		var n int
+		var err error
+		if pl.push {
+			n, err = k.consumer.Receive(ctx, pl.addr, pl.engineID, pl.key, dst)
+		} else {
+			n, err = k.consumer.Pull(ctx, pl.addr, pl.engineID, pl.key, dst)
+		}
+		*done = err == nil
+		if err != nil && ctx.Err() != nil {
+			k.release(pl)
+		}
+		return n, err
+	}
+}
+
+// release drops an import's remote lease, in the background and bounded.
+func (k *kvPath) release(pl *kvPlan) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = k.consumer.ReleaseRemote(ctx, pl.addr, pl.key)
+	}()
+}
+
+// responseParams is the kv_transfer_params a finished request returns:
+// where the decode pulls from (pull), or null (push, as Mooncake).
+func (k *kvPath) responseParams(pl *kvPlan, requestID string) any {
+	if pl == nil || !pl.export || k.cfg.handshake() == HandshakePush || pl.blocks == nil {
+		return nil
+	}
+	return map[string]any{
+		"do_remote_prefill": true,
+		"do_remote_decode":  false,
+		"remote_engine_id":  k.cfg.EngineID,
+		"remote_block_ids":  pl.blocks,
+		"remote_host":       k.host,
+		"remote_port":       k.port,
+		"remote_request_id": requestID,
+		"tp_size":           1,
+	}
+}

@@ -1,0 +1,217 @@
+// Package worker serves one reference engine as a stage worker, speaking
+// vLLM's OpenAI-compatible API — /v1/completions, /v1/chat/completions
+// (streaming and not), /v1/models, /health, /metrics — with
+// kv_transfer_params handled by omnipd's reference KV connector, so that the
+// orchestrator drives a reference worker exactly as it drives vllm serve.
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/sampler"
+	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/openai"
+)
+
+// Config configures a worker. Engine is required.
+type Config struct {
+	Engine *engine.Engine
+	// ModelName is the served model name (default "omnipd-reference").
+	ModelName string
+	// KV is the parsed --kv-transfer-config; nil for no KV transfer.
+	KV *KVTransferConfig
+	// Secret is the deployment secret the KV side channel requires.
+	Secret string
+	// MaxBodyBytes bounds request bodies (default 16 MiB).
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+// Server is a running worker: an http.Handler plus its KV side channel.
+type Server struct {
+	cfg     Config
+	eng     *engine.Engine
+	kv      *kvPath
+	metrics *metrics.Worker
+	mux     *http.ServeMux
+	log     *slog.Logger
+	created int64
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New builds a worker around a running engine and starts its KV side
+// channel, if it has one.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("worker: no engine")
+	}
+	if cfg.ModelName == "" {
+		cfg.ModelName = "omnipd-reference"
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux()}
+	var leases metrics.KVLeaseStats
+	if kv != nil {
+		leases = kv
+	}
+	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
+	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.Handle("GET /metrics", s.metrics.Handler())
+	return s, nil
+}
+
+// KVAddr is the KV side channel's address ("host:port"), empty when the
+// worker exports no KV.
+func (s *Server) KVAddr() string {
+	if s.kv == nil || s.kv.producer == nil {
+		return ""
+	}
+	return s.kv.producer.Addr().String()
+}
+
+// KVStats reports the side channel's leases, for tests and diagnostics.
+func (s *Server) KVStats() (leasedBlocks int, expired uint64) {
+	if s.kv == nil {
+		return 0, 0
+	}
+	return s.kv.LeasedBlocks(), s.kv.ExpiredLeases()
+}
+
+// Close stops the side channel, freeing every leased block. The engine is
+// the caller's to stop.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.kv.close()
+}
+
+type engineLoad struct{ e *engine.Engine }
+
+func (l engineLoad) Running() int { return l.e.Stats().Running }
+func (l engineLoad) Waiting() int { return l.e.Stats().Waiting }
+func (l engineLoad) KVCacheUsage() float64 {
+	st := l.e.Stats()
+	return float64(st.UsedBlocks) / float64(st.NumBlocks)
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" || len(id) > 256 {
+		id = newRequestID()
+	}
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	s.mux.ServeHTTP(w, r)
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// handle adapts a handler that returns an error: one place writes the
+// OpenAI error body, logs the cause with the request id, and never lets a
+// panic take the process down.
+func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		log := s.log.With("request_id", requestID(r.Context()), "path", r.URL.Path)
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("handler panicked", "panic", p)
+				_ = openai.WriteError(w, openai.InternalError("internal error"))
+			}
+		}()
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var resp *openai.ErrorResponse
+		var reqErr *openai.RequestError
+		var pErr *paramError
+		var spErr *sampler.ParamError
+		switch {
+		case errors.As(err, &resp):
+		case errors.As(err, &reqErr):
+			resp = reqErr.Response()
+		case errors.As(err, &pErr):
+			resp = openai.InvalidRequest("kv_transfer_params", pErr.Error())
+		case errors.As(err, &spErr):
+			resp = openai.InvalidRequest(spErr.Param, spErr.Msg)
+		case errors.Is(err, engine.ErrPromptTooLong):
+			resp = openai.InvalidRequest("prompt", err.Error())
+		case errors.Is(err, engine.ErrKVLoad):
+			resp = openai.InternalError(err.Error())
+		case errors.Is(err, engine.ErrClosed):
+			resp = openai.Unavailable("the engine is shutting down")
+		case errors.Is(err, context.Canceled):
+			log.Debug("client went away")
+			return
+		default:
+			resp = openai.InternalError(err.Error())
+		}
+		if resp.Status >= 500 {
+			log.Error("request failed", "err", err)
+		} else {
+			log.Info("request rejected", "err", err)
+		}
+		_ = openai.WriteError(w, resp)
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id":            s.cfg.ModelName,
+			"object":        "model",
+			"created":       s.created,
+			"owned_by":      "omnipd",
+			"root":          s.cfg.ModelName,
+			"max_model_len": s.eng.Model().Config.MaxPositionEmbeddings,
+		}},
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}

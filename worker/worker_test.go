@@ -1,0 +1,351 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+)
+
+var (
+	testModel     = model.Default()
+	testTokenizer = tokenizer.Default()
+)
+
+type testWorker struct {
+	*Server
+	url string
+	eng *engine.Engine
+}
+
+func newTestWorker(t *testing.T, kv string) *testWorker {
+	t.Helper()
+	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	cfg, err := ParseKVTransferConfig(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Engine: eng, KV: cfg, Secret: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close(); cancel(); <-done })
+	return &testWorker{Server: srv, url: hs.URL, eng: eng}
+}
+
+// kvConfig is a reference connector on an ephemeral loopback port. Leases
+// are short so that tests see them expire; long enough that a push decode
+// waiting for a slow (race-instrumented) prefill is not refused.
+func kvConfig(role, engineID, handshake string) string {
+	return fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,"kv_ip":"127.0.0.1","kv_port":0,
+		"kv_connector_extra_config":{"handshake":%q,"lease_seconds":3}}`, role, engineID, handshake)
+}
+
+type completion struct {
+	Choices []struct {
+		Text         string `json:"text"`
+		FinishReason string `json:"finish_reason"`
+		TokenIDs     []int  `json:"token_ids"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	KVTransferParams map[string]any `json:"kv_transfer_params"`
+}
+
+func post(ctx context.Context, url, id string, body map[string]any) (*completion, int, error) {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return nil, resp.StatusCode, fmt.Errorf("HTTP %d: %s", resp.StatusCode, raw)
+	}
+	if got := resp.Header.Get("X-Request-Id"); got != id {
+		return nil, resp.StatusCode, fmt.Errorf("X-Request-Id %q echoed as %q", id, got)
+	}
+	var c completion
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("%w: %s", err, raw)
+	}
+	return &c, resp.StatusCode, nil
+}
+
+func body(prompt []int, maxTokens int, temperature float64, seed int64) map[string]any {
+	b := map[string]any{"prompt": prompt, "max_tokens": maxTokens, "temperature": temperature, "return_token_ids": true}
+	if temperature > 0 {
+		b["seed"] = seed
+		b["top_p"] = 0.9
+	}
+	return b
+}
+
+// prefillDecode serves one request the way the orchestrator does, for
+// either handshake.
+func prefillDecode(ctx context.Context, prefill, decode *testWorker, id string, b map[string]any, push bool) (*completion, error) {
+	pre := map[string]any{}
+	for k, v := range b {
+		pre[k] = v
+	}
+	pre["max_tokens"] = 1
+	pre["ignore_eos"] = true
+	dec := map[string]any{}
+	for k, v := range b {
+		dec[k] = v
+	}
+	if !push {
+		pre["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
+		p, _, err := post(ctx, prefill.url, id, pre)
+		if err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+		if p.Choices[0].FinishReason != "length" {
+			return nil, fmt.Errorf("prefill finished %q", p.Choices[0].FinishReason)
+		}
+		dec["kv_transfer_params"] = p.KVTransferParams
+		return postOrErr(ctx, decode.url, id, dec, "decode")
+	}
+	xfer := "xfer-" + id
+	pre["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": xfer}
+	dec["kv_transfer_params"] = map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": xfer,
+		"remote_engine_id": "prefill-0", "remote_bootstrap_addr": "http://" + prefill.KVAddr()}
+	var wg sync.WaitGroup
+	var perr error
+	wg.Go(func() {
+		p, _, err := post(ctx, prefill.url, id, pre)
+		if err == nil && p.KVTransferParams != nil {
+			err = fmt.Errorf("push prefill returned kv_transfer_params %v, want null", p.KVTransferParams)
+		}
+		perr = err
+	})
+	d, derr := postOrErr(ctx, decode.url, id, dec, "decode")
+	wg.Wait()
+	if perr != nil {
+		return nil, fmt.Errorf("prefill: %w", perr)
+	}
+	return d, derr
+}
+
+func postOrErr(ctx context.Context, url, id string, b map[string]any, leg string) (*completion, error) {
+	c, _, err := post(ctx, url, id, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", leg, err)
+	}
+	return c, nil
+}
+
+// PD equals colocated over real HTTP and a real KV side channel, for both
+// handshakes, greedy and seeded, prompts of 1 token, exact block multiples,
+// a block plus one, and several blocks.
+func TestDisaggregatedEqualsColocatedOverHTTP(t *testing.T) {
+	for _, handshake := range []string{HandshakePull, HandshakePush} {
+		t.Run(handshake, func(t *testing.T) {
+			colocated := newTestWorker(t, kvConfig("kv_both", "both-0", handshake))
+			prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", handshake))
+			decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", handshake))
+			rng := rand.New(rand.NewPCG(11, 12))
+			lengths := []int{1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 80, 96, 97}
+			for len(lengths) < 28 {
+				lengths = append(lengths, 1+rng.IntN(120))
+			}
+			external, requests := 0, 0
+			for i, n := range lengths {
+				prompt := make([]int, n)
+				for j := range prompt {
+					prompt[j] = rng.IntN(256)
+				}
+				for _, temp := range []float64{0, 0.8} {
+					id := fmt.Sprintf("%s-%d-%v", handshake, i, temp)
+					b := body(prompt, 10, temp, int64(i))
+					want, _, err := post(context.Background(), colocated.url, id, b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := prefillDecode(context.Background(), prefill, decode, id, b, handshake == HandshakePush)
+					if err != nil {
+						t.Fatalf("prompt of %d tokens: %v", n, err)
+					}
+					if !slices.Equal(got.Choices[0].TokenIDs, want.Choices[0].TokenIDs) || got.Choices[0].Text != want.Choices[0].Text {
+						t.Errorf("prompt of %d tokens, T=%v: PD %v, colocated %v", n, temp, got.Choices[0].TokenIDs, want.Choices[0].TokenIDs)
+					}
+					if len(want.Choices[0].TokenIDs) == 0 {
+						t.Errorf("prompt of %d tokens: no token ids returned", n)
+					}
+					if c := got.Usage.PromptTokensDetails.CachedTokens; c != n-1 {
+						t.Errorf("prompt of %d tokens: decode reports %d cached tokens, want %d", n, c, n-1)
+					}
+					external += n - 1
+					requests++
+				}
+			}
+			// The decode's metrics say every prompt token but one per request
+			// came over the side channel.
+			m := scrape(t, decode.url)
+			if got := metricValue(t, m, `vllm:prompt_tokens_by_source_total{model_name="omnipd-reference",source="external_kv_transfer"}`); got != float64(external) {
+				t.Errorf("external_kv_transfer prompt tokens = %v, want %d", got, external)
+			}
+			if got := metricValue(t, m, `vllm:prompt_tokens_by_source_total{model_name="omnipd-reference",source="local_compute"}`); got != float64(requests) {
+				t.Errorf("local_compute prompt tokens = %v, want %d (one per request)", got, requests)
+			}
+			for name, w := range map[string]*testWorker{"colocated": colocated, "prefill": prefill, "decode": decode} {
+				if u := w.eng.Cache().Used(); u != 0 {
+					t.Errorf("%s worker holds %d KV blocks after all requests", name, u)
+				}
+			}
+		})
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func metricValue(t *testing.T, exposition, series string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(exposition)
+	if m == nil {
+		t.Fatalf("no series %s in:\n%s", series, exposition)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// No leak: a thousand requests mixing finished PD requests, clients that
+// cancel the decode, decodes that never arrive (the lease expires) and
+// decodes abandoned before their KV moved (the prefill is told to release)
+// leave both workers with no used KV block and no extra goroutines.
+func TestNoLeakUnderMixedFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1000 requests")
+	}
+	for _, handshake := range []string{HandshakePull, HandshakePush} {
+		t.Run(handshake, func(t *testing.T) {
+			prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", handshake))
+			decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", handshake))
+			base := runtime.NumGoroutine()
+			rng := rand.New(rand.NewPCG(13, 14))
+			const total = 1000
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 8)
+			var mu sync.Mutex
+			outcomes := map[string]int{}
+			for i := range total {
+				prompt := make([]int, 1+rng.IntN(70))
+				for j := range prompt {
+					prompt[j] = rng.IntN(256)
+				}
+				kind := i % 4
+				giveUp := time.Duration(rng.IntN(3000)) * time.Microsecond
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					id := fmt.Sprintf("leak-%s-%d", handshake, i)
+					b := body(prompt, 8, 0, 0)
+					var err error
+					switch kind {
+					case 0: // completes
+						_, err = prefillDecode(context.Background(), prefill, decode, id, b, handshake == HandshakePush)
+					case 1: // the client gives up during the request
+						ctx, cancel := context.WithTimeout(context.Background(), giveUp)
+						_, err = prefillDecode(ctx, prefill, decode, id, b, handshake == HandshakePush)
+						cancel()
+						err = nil
+					case 2: // the decode never arrives: the lease must expire
+						pre := body(prompt, 1, 0, 0)
+						params := map[string]any{"do_remote_decode": true}
+						if handshake == HandshakePush {
+							params["transfer_id"] = "xfer-" + id
+						}
+						pre["kv_transfer_params"] = params
+						_, _, err = post(context.Background(), prefill.url, id, pre)
+					case 3: // the decode is abandoned before its KV moved
+						ctx, cancel := context.WithCancel(context.Background())
+						cancel()
+						_, _ = prefillDecode(ctx, prefill, decode, id, b, handshake == HandshakePush)
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						outcomes["error: "+err.Error()]++
+					} else {
+						outcomes[fmt.Sprint(kind)]++
+					}
+				})
+			}
+			wg.Wait()
+			for k, n := range outcomes {
+				if strings.HasPrefix(k, "error") {
+					t.Errorf("%d requests: %s", n, k)
+				}
+			}
+			// Leases last 3 s: wait for them, bounded. Idle keep-alive
+			// connections are the client's, not a leak.
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				http.DefaultClient.CloseIdleConnections()
+				if prefill.eng.Cache().Used() == 0 && decode.eng.Cache().Used() == 0 && runtime.NumGoroutine() <= base {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for name, w := range map[string]*testWorker{"prefill": prefill, "decode": decode} {
+				if u := w.eng.Cache().Used(); u != 0 {
+					t.Errorf("%s worker holds %d KV blocks", name, u)
+				}
+				if s := w.eng.Stats(); s.Running != 0 || s.Waiting != 0 {
+					t.Errorf("%s worker: %+v", name, s)
+				}
+			}
+			if leased, expired := prefill.KVStats(); leased != 0 || expired == 0 {
+				t.Errorf("prefill side channel: %d blocks leased, %d leases expired (want 0 and some)", leased, expired)
+			}
+			if n := runtime.NumGoroutine(); n > base {
+				t.Errorf("%d goroutines, %d before", n, base)
+			}
+		})
+	}
+}

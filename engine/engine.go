@@ -36,6 +36,8 @@ var (
 	ErrKVLoad = errors.New("KV cache load failed")
 	// ErrClosed: the engine stopped.
 	ErrClosed = errors.New("engine closed")
+	// ErrInvalidRequest: the request names tokens or layers the model does not have.
+	ErrInvalidRequest = errors.New("invalid request")
 )
 
 // Config sizes the engine. The zero value works.
@@ -246,14 +248,14 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	}
 	for _, t := range req.Prompt {
 		if t < 0 || t >= e.model.Config.VocabSize {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary (size %d)", t, e.model.Config.VocabSize)
+			return nil, fmt.Errorf("%w: token id %d is outside the vocabulary (size %d)", ErrInvalidRequest, t, e.model.Config.VocabSize)
 		}
 	}
 	if max := e.model.Config.MaxPositionEmbeddings; max > 0 && len(req.Prompt)+req.Params.MaxTokens > max {
 		return nil, fmt.Errorf("%w: %d prompt tokens + %d max_tokens exceed the model's context of %d", ErrPromptTooLong, len(req.Prompt), req.Params.MaxTokens, max)
 	}
 	if req.CaptureLayer < 0 || req.CaptureLayer > e.model.Config.NumLayers {
-		return nil, fmt.Errorf("capture layer %d is outside the model's 1..%d", req.CaptureLayer, e.model.Config.NumLayers)
+		return nil, fmt.Errorf("%w: capture layer %d is outside the model's 1..%d", ErrInvalidRequest, req.CaptureLayer, e.model.Config.NumLayers)
 	}
 	need := e.cache.Shape().BlocksFor(len(req.Prompt) + 1)
 	if need > e.cache.NumBlocks() {

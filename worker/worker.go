@@ -170,7 +170,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 			resp = openai.InvalidRequest("kv_transfer_params", pErr.Error())
 		case errors.As(err, &spErr):
 			resp = openai.InvalidRequest(spErr.Param, spErr.Msg)
-		case errors.Is(err, engine.ErrPromptTooLong):
+		case errors.Is(err, engine.ErrPromptTooLong), errors.Is(err, engine.ErrInvalidRequest):
 			resp = openai.InvalidRequest("prompt", err.Error())
 		case errors.Is(err, engine.ErrKVLoad):
 			resp = openai.InternalError(err.Error())

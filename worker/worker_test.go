@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -47,7 +48,7 @@ func newTestWorker(t *testing.T, kv string) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Engine: eng, KV: cfg, Secret: "s3cret"})
+	srv, err := New(Config{Engine: eng, KV: cfg, Secret: "s3cret", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +349,11 @@ func TestNoLeakUnderMixedFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+func newServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return hs.URL
 }

@@ -115,7 +115,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 			req.invalid = true
 		}
 	}
-	if !enabled {
+	if !enabled || opts.Colocated {
 		return nil
 	}
 	return req

@@ -20,6 +20,9 @@ type Options struct {
 	Connector string
 	// Devices overrides pd.devices: the device pool PD expansion lays out.
 	Devices string
+	// Colocated ignores the pd: section: the Thinker stays one stage, so
+	// the same pipeline can be served with and without PD (serve --pd=false).
+	Colocated bool
 	// ReadFile reads base_config files; os.ReadFile when nil. Tests and the
 	// fuzzer replace it.
 	ReadFile func(name string) ([]byte, error)

@@ -134,6 +134,10 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 			return nil
 		}
 	} else if doc.Disaggregated() {
+		if opts.Colocated {
+			p.errorf(stagesNode, "stages", "the Thinker is already split into prefill and decode stages, so it cannot be served colocated; serve a config with one Thinker stage")
+			return nil
+		}
 		doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries}
 	}
 	p.validate(doc)

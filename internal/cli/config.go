@@ -18,8 +18,14 @@ type configFlags struct {
 }
 
 func (f *configFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.platform, "platform", "", "apply the config's platforms.NAME section (npu, rocm, xpu, musa, ...)")
 	cmd.Flags().BoolVar(&f.pd, "pd", false, "split the Thinker into prefill and decode stages even without a pd: section")
+	f.registerLayout(cmd)
+}
+
+// registerLayout registers the flags that shape an expansion, without --pd
+// (serve has a --pd of its own, on by default).
+func (f *configFlags) registerLayout(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.platform, "platform", "", "apply the config's platforms.NAME section (npu, rocm, xpu, musa, ...)")
 	cmd.Flags().StringVar(&f.connector, "connector", "", "KV connector between prefill and decode (MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1, MoRIIOConnector, ReferenceConnector)")
 	cmd.Flags().StringVar(&f.devices, "devices", "", `device pool for the prefill/decode layout, e.g. "0-4" or "0,1,2"`)
 }

@@ -1,0 +1,244 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/server"
+	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/topology"
+	"github.com/spf13/cobra"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		flags        configFlags
+		configPath   string
+		host         string
+		port         int
+		pd           bool
+		drainTimeout time.Duration
+		modelName    string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE] [--host H] [--port N] [--pd=false]",
+		Short: "Serve the OpenAI API over a prefill/decode topology",
+		Long: `serve starts omnipd's API server. Without --config it serves the embedded
+default: Qwen3-Omni's Thinker split into prefill and decode on reference
+workers that omnipd starts as child processes on loopback. With --config it
+serves any validated topology; a stage with endpoints: is already running
+(vllm serve, say) and is not started. --pd=false serves the same pipeline
+with the Thinker colocated, for comparison. /health is ready only when
+every stage is.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := flags.options()
+			opts.PD = pd && configPath != ""
+			opts.Colocated = !pd
+			doc, err := loadConfig(configPath, opts, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			return serve(cmd.Context(), doc, serveOptions{
+				host: host, port: port, drain: drainTimeout, model: modelName,
+				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(),
+			})
+		},
+	}
+	flags.registerLayout(cmd)
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "deploy config (default: the embedded Qwen3-Omni PD topology)")
+	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	f.IntVar(&port, "port", 8000, "port to listen on")
+	f.BoolVar(&pd, "pd", true, "disaggregate the Thinker into prefill and decode (false: one colocated Thinker stage)")
+	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
+	return cmd
+}
+
+type serveOptions struct {
+	host, model    string
+	port           int
+	drain          time.Duration
+	out, workerLog io.Writer
+	log            *slog.Logger
+}
+
+// serve starts what the topology needs and serves until ctx ends.
+func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
+	secret, err := newSecret()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the omnipd binary to start workers: %w", err)
+	}
+	var workers []*launch.Worker
+	defer func() {
+		for _, w := range workers {
+			if err := w.Stop(10 * time.Second); err != nil {
+				o.log.Warn("stopping worker", "worker", w.Name, "err", err)
+			}
+		}
+	}()
+
+	pools := map[topology.Role]*orchestrator.Pool{}
+	var contract kvconnector.Contract
+	for _, s := range doc.Stages {
+		if s.ModelStage != "thinker" {
+			fmt.Fprintf(o.out, "stage %d (%s): not served yet; omnipd serves the text output\n", s.ID, s.ModelStage)
+			continue
+		}
+		pool := &orchestrator.Pool{Name: fmt.Sprintf("%s-%s", s.ModelStage, s.Role)}
+		for i, r := range s.Replicas {
+			name := fmt.Sprintf("%s-%s-%d", s.ModelStage, s.Role, i)
+			url := r.Endpoint
+			if url == "" {
+				kv, err := workerKVConfig(s, r)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, name)
+				w, err := launch.Start(exe, launch.Spec{Name: name, KVTransferConfig: kv, Secret: secret}, o.workerLog)
+				if err != nil {
+					return err
+				}
+				workers = append(workers, w)
+				readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				err = w.WaitHealthy(readyCtx)
+				cancel()
+				if err != nil {
+					return err
+				}
+				url = w.URL
+				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, name, url)
+			}
+			client, err := stageclient.New(stageclient.Config{BaseURL: url})
+			if err != nil {
+				return fmt.Errorf("stage %d: %w", s.ID, err)
+			}
+			peer := kvconnector.Peer{EngineID: r.EngineID, KVPort: r.KVPort, HTTPAddr: strings.TrimPrefix(url, "http://"), TP: s.TensorParallelSize}
+			if s.KV != nil {
+				peer.KVHost = s.KV.IP
+			}
+			if peer.KVHost == "" {
+				peer.KVHost = "127.0.0.1"
+			}
+			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
+		}
+		pools[s.Role] = pool
+		if s.Role == topology.RolePrefill {
+			extra := map[string]any{}
+			if s.KV.ExtraConfig != nil {
+				raw, _ := s.KV.ExtraConfig.MarshalJSON()
+				_ = json.Unmarshal(raw, &extra)
+			}
+			if contract, err = kvconnector.NewRegistry().Lookup(s.KV.Connector, extra); err != nil {
+				return err
+			}
+		}
+	}
+	cfg := orchestrator.Config{Logger: o.log}
+	if contract != nil {
+		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
+		cfg.PrefillRetries = doc.PD.PrefillRetries
+	} else {
+		cfg.Decode = pools[topology.RoleFull]
+	}
+	orch, err := orchestrator.New(cfg)
+	if err != nil {
+		return err
+	}
+	var all []*orchestrator.Instance
+	for _, p := range pools {
+		all = append(all, p.Instances...)
+	}
+	handler := server.New(server.Config{
+		Orchestrator: orch, ModelName: o.model, Logger: o.log,
+		Ready: func(ctx context.Context) error {
+			for _, in := range all {
+				if err := in.Client.Health(ctx); err != nil {
+					return fmt.Errorf("%s: %w", in.Client.BaseURL(), err)
+				}
+			}
+			return nil
+		},
+	})
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, pathName(contract), ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
+	drain, cancel := context.WithTimeout(context.Background(), o.drain)
+	defer cancel()
+	if err := hs.Shutdown(drain); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func pathName(c kvconnector.Contract) string {
+	if c == nil {
+		return "Thinker colocated"
+	}
+	return "prefill/decode over " + c.Name()
+}
+
+// workerKVConfig is one reference worker's --kv-transfer-config: the
+// stage's config with the replica's engine id and port.
+func workerKVConfig(s *deploy.Stage, r topology.Replica) (string, error) {
+	if s.KV == nil {
+		return "", nil
+	}
+	if s.KV.Connector != "ReferenceConnector" {
+		return "", fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use ReferenceConnector", s.ID, s.KV.Connector)
+	}
+	m := map[string]any{"kv_connector": s.KV.Connector, "kv_role": s.KV.Role, "engine_id": r.EngineID, "kv_ip": s.KV.IP, "kv_port": r.KVPort}
+	if s.KV.LoadFailurePolicy != "" {
+		m["kv_load_failure_policy"] = s.KV.LoadFailurePolicy
+	}
+	if s.KV.ExtraConfig != nil {
+		raw, err := s.KV.ExtraConfig.MarshalJSON()
+		if err != nil {
+			return "", err
+		}
+		m["kv_connector_extra_config"] = json.RawMessage(raw)
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+func newSecret() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make the deployment secret: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

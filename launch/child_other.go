@@ -1,0 +1,7 @@
+//go:build !linux
+
+package launch
+
+import "syscall"
+
+func childAttrs() *syscall.SysProcAttr { return nil }

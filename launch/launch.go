@@ -1,0 +1,150 @@
+// Package launch starts omnipd's reference workers as child processes on
+// loopback and stops them again: no child outlives omnipd, whether it exits
+// cleanly, fails to start, or is killed (the kernel signals the children of
+// a dead parent on Linux).
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec says how to start one reference worker.
+type Spec struct {
+	// Name identifies the worker in progress lines and logs ("thinker-prefill-0").
+	Name string
+	// Host is the address to listen on (default 127.0.0.1); Port 0 picks a free one.
+	Host string
+	Port int
+	// KVTransferConfig is the worker's --kv-transfer-config JSON, or empty.
+	KVTransferConfig string
+	// Secret is the deployment secret, passed in the environment (never on
+	// the command line, where other users could read it).
+	Secret string
+	// Args are further worker flags.
+	Args []string
+}
+
+// Worker is a running child worker.
+type Worker struct {
+	Name string
+	// URL is the worker's base URL, http://host:port.
+	URL string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// Start runs `exe worker` for spec. Its output goes to log.
+func Start(exe string, spec Spec, log io.Writer) (*Worker, error) {
+	host := spec.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := spec.Port
+	if port == 0 {
+		p, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		port = p
+	}
+	args := []string{"worker", "--host", host, "--port", strconv.Itoa(port)}
+	if spec.KVTransferConfig != "" {
+		args = append(args, "--kv-transfer-config", spec.KVTransferConfig)
+	}
+	args = append(args, spec.Args...)
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "OMNIPD_SECRET="+spec.Secret)
+	cmd.SysProcAttr = childAttrs()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start worker %s: %w", spec.Name, err)
+	}
+	w := &Worker{Name: spec.Name, URL: "http://" + net.JoinHostPort(host, strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		w.mu.Lock()
+		w.err = err
+		w.mu.Unlock()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// freePort asks the kernel for a port that is free now.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Exited reports whether the process has ended, and how.
+func (w *Worker) Exited() (bool, error) {
+	select {
+	case <-w.done:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return true, w.err
+	default:
+		return false, nil
+	}
+}
+
+// WaitHealthy polls /health until it answers 200, the process exits, or
+// ctx is done.
+func (w *Worker) WaitHealthy(ctx context.Context) error {
+	client := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, w.URL+"/health", nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-w.done:
+			_, err := w.Exited()
+			return fmt.Errorf("worker %s exited before it was ready: %v", w.Name, err)
+		case <-ctx.Done():
+			return fmt.Errorf("worker %s not ready: %w", w.Name, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop asks the worker to finish (SIGTERM), then kills it after grace.
+func (w *Worker) Stop(grace time.Duration) error {
+	if exited, _ := w.Exited(); exited {
+		return nil
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop worker %s: %w", w.Name, err)
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-time.After(grace):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+		return fmt.Errorf("worker %s did not stop within %v; killed", w.Name, grace)
+	}
+}

@@ -1,0 +1,453 @@
+// Package orchestrator owns a request's life across the Thinker's stages:
+// the PD control path (a prefill leg that leaves the prompt's KV cache with
+// the prefill engine, then a decode leg that imports it and generates), with
+// the KV routing metadata each connector's contract asks for, replica
+// choice, retries, and cancellation. It speaks to stages only through
+// stageclient and never touches the engines' data paths.
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageclient"
+)
+
+// Paths a request can take, reported in the x-omnipd-pd-path header.
+const (
+	PathDisaggregated = "disaggregated"
+	PathDecodeOnly    = "decode-only"
+	PathColocated     = "colocated"
+)
+
+// Error is a failure the client sees: an HTTP status, a stable code and a
+// message, with the cause kept for the log.
+type Error struct {
+	Status int
+	Code   string
+	Msg    string
+	Cause  error
+	// Upstream is the stage's own error body, relayed for 4xx answers.
+	Upstream *openai.ErrorResponse
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Msg, e.Cause)
+	}
+	return e.Code + ": " + e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Response converts e into the OpenAI error body the client gets.
+func (e *Error) Response() *openai.ErrorResponse {
+	if e.Upstream != nil && e.Status < 500 {
+		r := *e.Upstream
+		r.Status = e.Status
+		return &r
+	}
+	return openai.Upstream(e.Status, e.Code, e.Msg)
+}
+
+// Instance is one running engine of a stage.
+type Instance struct {
+	Client *stageclient.Client
+	Peer   kvconnector.Peer
+
+	inflight      atomic.Int64
+	ejectedUntil  atomic.Int64 // unix nanoseconds
+	consecutiveKO atomic.Int64
+}
+
+// InFlight is the number of requests the orchestrator has on the instance.
+func (in *Instance) InFlight() int64 { return in.inflight.Load() }
+
+// Pool is a stage's instances.
+type Pool struct {
+	Name      string
+	Instances []*Instance
+	next      atomic.Uint64
+}
+
+// ejectFor is how long an instance that failed to answer sits out.
+const ejectFor = 5 * time.Second
+
+// pick returns the least-loaded healthy instance not in tried; ties go
+// round robin so that equal instances share the load. When every instance
+// is ejected, the least recently ejected one is tried rather than none.
+func (p *Pool) pick(now time.Time, tried map[*Instance]bool) *Instance {
+	var best *Instance
+	start := int(p.next.Add(1))
+	n := len(p.Instances)
+	for i := range n {
+		in := p.Instances[(start+i)%n]
+		if tried[in] || in.ejectedUntil.Load() > now.UnixNano() {
+			continue
+		}
+		if best == nil || in.inflight.Load() < best.inflight.Load() {
+			best = in
+		}
+	}
+	if best != nil {
+		return best
+	}
+	for _, in := range p.Instances {
+		if !tried[in] && (best == nil || in.ejectedUntil.Load() < best.ejectedUntil.Load()) {
+			best = in
+		}
+	}
+	return best
+}
+
+func (in *Instance) eject(now time.Time) {
+	in.ejectedUntil.Store(now.Add(ejectFor).UnixNano())
+	in.consecutiveKO.Add(1)
+}
+
+func (in *Instance) ok() {
+	in.consecutiveKO.Store(0)
+	in.ejectedUntil.Store(0)
+}
+
+// Config wires an orchestrator. The zero Contract means the Thinker is
+// colocated: Decode holds its instances and Prefill is empty.
+type Config struct {
+	Prefill, Decode *Pool
+	Contract        kvconnector.Contract
+	// PrefillRetries is how many other prefill instances a failed prefill
+	// leg is retried on (connect errors, 502, 503, 504).
+	PrefillRetries int
+	// PrefillTimeout bounds one prefill attempt (default 60 s).
+	PrefillTimeout time.Duration
+	Logger         *slog.Logger
+	Now            func() time.Time
+}
+
+// Orchestrator serves requests across the configured stages.
+type Orchestrator struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+}
+
+// New builds an orchestrator.
+func New(cfg Config) (*Orchestrator, error) {
+	if cfg.Decode == nil || len(cfg.Decode.Instances) == 0 {
+		return nil, errors.New("orchestrator: no decode (or colocated Thinker) instances")
+	}
+	if cfg.Contract != nil && (cfg.Prefill == nil || len(cfg.Prefill.Instances) == 0) {
+		return nil, errors.New("orchestrator: a KV connector but no prefill instances")
+	}
+	if cfg.PrefillTimeout <= 0 {
+		cfg.PrefillTimeout = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, now: cfg.Now}, nil
+}
+
+// Request is one client request, already decoded and validated.
+type Request struct {
+	ID string
+	// Exactly one of Chat and Completion is set.
+	Chat       *openai.ChatCompletionRequest
+	Completion *openai.CompletionRequest
+}
+
+func (r *Request) path() string {
+	if r.Chat != nil {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+func (r *Request) streaming() bool {
+	if r.Chat != nil {
+		return r.Chat.Stream != nil && *r.Chat.Stream
+	}
+	return r.Completion.Stream != nil && *r.Completion.Stream
+}
+
+// Result is the decode's answer: a whole body, or a stream to relay.
+type Result struct {
+	Path   string
+	Body   []byte
+	Stream *stageclient.Stream
+	// release must be called when the caller is done with the result.
+	release func()
+}
+
+// Close releases what the result holds (the upstream stream, the
+// instance's in-flight count).
+func (r *Result) Close() {
+	if r.Stream != nil {
+		r.Stream.Close()
+	}
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
+}
+
+// Do serves req. The caller must Close the result.
+func (o *Orchestrator) Do(ctx context.Context, req *Request) (*Result, error) {
+	log := o.log.With("request_id", req.ID)
+	if o.cfg.Contract == nil {
+		return o.decode(ctx, req, nil, PathColocated, log)
+	}
+	return o.disaggregated(ctx, req, log)
+}
+
+// disaggregated runs the PD control path.
+func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
+	c := o.cfg.Contract
+	dec := o.cfg.Decode.pick(o.now(), nil)
+	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
+
+	if c.Dispatch() == kvconnector.Concurrent {
+		return o.concurrent(ctx, req, dec, h, log)
+	}
+	_, prefillParams, err := o.prefill(ctx, req, &h, log)
+	if err != nil {
+		return nil, err
+	}
+	params, err := c.DecodeParams(h, prefillParams)
+	if err != nil {
+		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}
+	}
+	if ctx.Err() != nil {
+		// The client left between the legs: the prefill's KV is exported
+		// and nobody would claim it before its lease runs out. Let the
+		// decode claim it and stop, as vLLM deployments must too.
+		o.claimAndDrop(req, dec, h, params, log)
+		return nil, ctx.Err()
+	}
+	return o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+}
+
+// claimAndDrop sends a one-token decode leg, detached from the departed
+// client, so that the decode imports (and so frees) the exported KV.
+func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.Handoff, params map[string]any, log *slog.Logger) {
+	one := 1
+	drop := *req
+	if req.Chat != nil {
+		c := req.Chat.Clone()
+		c.MaxTokens, c.MaxCompletionTokens, c.Stream, c.StreamOptions = &one, nil, nil, nil
+		drop.Chat = c
+	} else {
+		c := req.Completion.Clone()
+		c.MaxTokens, c.Stream, c.StreamOptions = &one, nil, nil
+		drop.Completion = c
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if res, err := o.decodeOn(ctx, &drop, dec, h, params, PathDisaggregated, log); err != nil {
+			log.Warn("could not hand back the KV of a cancelled request; it is freed when its lease expires", "err", err)
+		} else {
+			res.Close()
+		}
+	}()
+}
+
+// concurrent sends prefill and decode at once (Mooncake, reference push):
+// the decode waits for its KV on the data path. A failed prefill cancels
+// the decode.
+func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	pre := o.cfg.Prefill.pick(o.now(), nil)
+	h.Prefill = pre.Peer
+	params, err := o.cfg.Contract.DecodeParams(h, nil)
+	if err != nil {
+		cancel(err)
+		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the connector cannot address the prefill", Cause: err}
+	}
+	var wg sync.WaitGroup
+	var prefillErr error
+	wg.Go(func() {
+		_, _, prefillErr = o.prefillOn(ctx, req, pre, h, log)
+		if prefillErr != nil {
+			cancel(prefillErr)
+		}
+	})
+	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	if err != nil {
+		wg.Wait()
+		cancel(nil)
+		if prefillErr != nil {
+			return nil, prefillFailure(prefillErr)
+		}
+		return nil, err
+	}
+	// The decode answered: its KV arrived, so the prefill is done or about
+	// to be; the result keeps the context alive until the caller closes it.
+	prev := res.release
+	res.release = func() {
+		wg.Wait()
+		cancel(nil)
+		if prev != nil {
+			prev()
+		}
+	}
+	return res, nil
+}
+
+// prefill runs the prefill leg with retries on other instances.
+func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector.Handoff, log *slog.Logger) (*Instance, any, error) {
+	tried := map[*Instance]bool{}
+	var last error
+	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
+		in := o.cfg.Prefill.pick(o.now(), tried)
+		if in == nil {
+			break
+		}
+		tried[in] = true
+		h.Prefill = in.Peer
+		params, retryable, err := o.prefillOn(ctx, req, in, *h, log)
+		if err == nil {
+			return in, params, nil
+		}
+		last = err
+		if !retryable || ctx.Err() != nil {
+			break
+		}
+		log.Warn("prefill failed; retrying on another instance", "instance", in.Client.BaseURL(), "attempt", attempt+1, "err", err)
+	}
+	return nil, nil, prefillFailure(last)
+}
+
+// prefillFailure turns the last prefill error into what the client sees.
+func prefillFailure(err error) error {
+	var oe *Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	if errors.Is(err, stageclient.ErrCanceled) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, stageclient.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Status: 504, Code: "prefill_upstream_timeout", Msg: "the prefill stage did not answer in time", Cause: err}
+	}
+	var ue *stageclient.UpstreamError
+	if errors.As(err, &ue) && ue.Status < 500 {
+		return &Error{Status: ue.Status, Code: "prefill_rejected", Msg: "the prefill stage rejected the request", Cause: err, Upstream: ue.Body}
+	}
+	return &Error{Status: 502, Code: "prefill_upstream_unavailable", Msg: "no prefill instance could serve the request", Cause: err}
+}
+
+// prefillOn sends the prefill leg to one instance: the client's request
+// with one output token, no streaming, no stops, and the connector's
+// producer params. It returns the response's kv_transfer_params.
+func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance, h kvconnector.Handoff, log *slog.Logger) (params any, retryable bool, err error) {
+	body, err := prefillBody(req, o.cfg.Contract.PrefillParams(h))
+	if err != nil {
+		return nil, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
+	defer cancel()
+	pid, _ := o.cfg.Contract.RequestIDs(h)
+	in.inflight.Add(1)
+	resp, err := in.Client.Post(ctx, req.path(), pid, body)
+	in.inflight.Add(-1)
+	if err != nil {
+		var ue *stageclient.UpstreamError
+		retry := errors.Is(err, stageclient.ErrConnect) || (errors.As(err, &ue) && ue.Retryable()) ||
+			(errors.Is(err, stageclient.ErrTimeout) && ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled))
+		if retry {
+			in.eject(o.now())
+		}
+		return nil, retry, err
+	}
+	in.ok()
+	var parsed struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(resp.Body, &parsed); err != nil {
+		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not JSON", Cause: err}
+	}
+	if len(parsed.KVTransferParams) == 0 || string(parsed.KVTransferParams) == "null" {
+		return nil, false, nil
+	}
+	var v any
+	if err := json.Unmarshal(parsed.KVTransferParams, &v); err != nil {
+		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params are not JSON", Cause: err}
+	}
+	return v, false, nil
+}
+
+// decode sends the client's request to a decode (or colocated) instance.
+func (o *Orchestrator) decode(ctx context.Context, req *Request, params map[string]any, path string, log *slog.Logger) (*Result, error) {
+	in := o.cfg.Decode.pick(o.now(), nil)
+	return o.decodeOn(ctx, req, in, kvconnector.Handoff{RequestID: req.ID}, params, path, log)
+}
+
+func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance, h kvconnector.Handoff, params map[string]any, path string, log *slog.Logger) (*Result, error) {
+	body, err := decodeBody(req, params)
+	if err != nil {
+		return nil, err
+	}
+	id := req.ID
+	if o.cfg.Contract != nil && path == PathDisaggregated {
+		_, id = o.cfg.Contract.RequestIDs(h)
+	}
+	in.inflight.Add(1)
+	release := func() { in.inflight.Add(-1) }
+	if req.streaming() {
+		s, err := in.Client.Stream(ctx, req.path(), id, body)
+		if err != nil {
+			release()
+			return nil, decodeFailure(err)
+		}
+		return &Result{Path: path, Stream: s, release: release}, nil
+	}
+	resp, err := in.Client.Post(ctx, req.path(), id, body)
+	release()
+	if err != nil {
+		return nil, decodeFailure(err)
+	}
+	return &Result{Path: path, Body: scrubResponse(resp.Body)}, nil
+}
+
+func decodeFailure(err error) error {
+	if errors.Is(err, stageclient.ErrCanceled) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, stageclient.ErrTimeout) {
+		return &Error{Status: 504, Code: "decode_upstream_timeout", Msg: "the decode stage did not answer in time", Cause: err}
+	}
+	var ue *stageclient.UpstreamError
+	if errors.As(err, &ue) && ue.Status < 500 {
+		return &Error{Status: ue.Status, Code: "decode_rejected", Msg: "the decode stage rejected the request", Cause: err, Upstream: ue.Body}
+	}
+	return &Error{Status: 502, Code: "decode_upstream_unavailable", Msg: "the decode stage failed", Cause: err}
+}
+
+// scrubResponse hides the engines' KV routing from the client.
+func scrubResponse(body []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	if _, ok := m["kv_transfer_params"]; !ok {
+		return body
+	}
+	m["kv_transfer_params"] = json.RawMessage("null")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
+}

@@ -1,0 +1,249 @@
+// Package server is omnipd's public HTTP API: OpenAI's chat completions and
+// completions (streaming and not), /v1/models, /health and /metrics, with
+// request ids, limits, and OpenAI error bodies. It hands each request to the
+// orchestrator and relays the answer; SSE events are passed on as they
+// arrive, never buffered.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/stageclient"
+)
+
+// Orchestrator is what the server needs of the orchestrator.
+type Orchestrator interface {
+	Do(ctx context.Context, req *orchestrator.Request) (*orchestrator.Result, error)
+}
+
+var _ Orchestrator = (*orchestrator.Orchestrator)(nil)
+
+// Config configures the server. The zero value of every limit has a
+// working default.
+type Config struct {
+	Orchestrator Orchestrator
+	// ModelName is the model the API serves; requests naming another get 404.
+	ModelName string
+	// Ready reports whether every stage is healthy (for /health).
+	Ready func(ctx context.Context) error
+	// MaxBodyBytes bounds request bodies (default 16 MiB).
+	MaxBodyBytes int64
+	// MaxConcurrent bounds requests in flight; more get 429 (default 1024).
+	MaxConcurrent int
+	Logger        *slog.Logger
+}
+
+// Server is the public API handler.
+type Server struct {
+	cfg      Config
+	mux      *http.ServeMux
+	log      *slog.Logger
+	inflight atomic.Int64
+	created  int64
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New builds the handler.
+func New(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, created: time.Now().Unix()}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chat))
+	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /health", s.health)
+	return s
+}
+
+type requestIDKey struct{}
+
+// RequestID returns the request id the server assigned to ctx's request.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	w.Header().Set("X-Request-Id", id)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+}
+
+// validRequestID accepts ids that are safe to pass on in headers and logs.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// handle adapts handlers that return errors: one place maps them to
+// OpenAI error bodies, logs the cause with the request id, and limits
+// concurrency.
+func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		log := s.log.With("request_id", RequestID(r.Context()))
+		if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
+			s.inflight.Add(-1)
+			w.Header().Set("Retry-After", "1")
+			_ = openai.WriteError(w, openai.RateLimited("omnipd is at its limit of concurrent requests; retry shortly"))
+			return
+		}
+		defer s.inflight.Add(-1)
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("handler panicked", "panic", p)
+				_ = openai.WriteError(w, openai.InternalError("internal error"))
+			}
+		}()
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var resp *openai.ErrorResponse
+		var reqErr *openai.RequestError
+		var orchErr *orchestrator.Error
+		switch {
+		case errors.As(err, &resp):
+		case errors.As(err, &reqErr):
+			resp = reqErr.Response()
+		case errors.As(err, &orchErr):
+			resp = orchErr.Response()
+		case errors.Is(err, context.Canceled), errors.Is(err, stageclient.ErrCanceled):
+			log.Info("client went away")
+			return
+		default:
+			resp = openai.InternalError("internal error")
+		}
+		if resp.Status >= 500 {
+			log.Error("request failed", "status", resp.Status, "err", err)
+		} else {
+			log.Info("request rejected", "status", resp.Status, "err", err)
+		}
+		_ = openai.WriteError(w, resp)
+	}
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	req, err := openai.DecodeChatRequest(r.Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	req.KVTransferParams = nil // never from a client
+	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Chat: req})
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
+	req, err := openai.DecodeCompletionRequest(r.Body, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	req.KVTransferParams = nil
+	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Completion: req})
+}
+
+func (s *Server) checkModel(model string) error {
+	if model != "" && model != s.cfg.ModelName {
+		return openai.ModelNotFound(model)
+	}
+	return nil
+}
+
+// serve runs the request and relays its answer.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator.Request) error {
+	res, err := s.cfg.Orchestrator.Do(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
+	w.Header().Set("X-Omnipd-Pd-Path", res.Path)
+	if res.Stream == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, err := w.Write(res.Body)
+		return err
+	}
+	sse := openai.NewSSEWriter(w)
+	for {
+		ev, err := res.Stream.Next()
+		if err != nil {
+			var ue *stageclient.UpstreamError
+			switch {
+			case isEOF(err):
+				return sse.WriteDone()
+			case errors.As(err, &ue) && ue.Body != nil:
+				_ = sse.WriteEvent(ue.Body)
+			case r.Context().Err() != nil:
+				return r.Context().Err()
+			default:
+				s.log.Error("decode stream failed", "request_id", req.ID, "err", err)
+				_ = sse.WriteEvent(openai.Upstream(http.StatusBadGateway, "decode_stream_failed", "the decode stage's stream broke off"))
+			}
+			return sse.WriteDone()
+		}
+		if err := sse.WriteEvent(ev); err != nil {
+			return err // the client went away; closing the result cancels the decode
+		}
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"object": "list",
+		"data":   []map[string]any{{"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "omnipd"}},
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }

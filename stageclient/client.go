@@ -1,0 +1,300 @@
+// Package stageclient owns omnipd's HTTP client for one stage instance: a
+// stock `vllm serve` or an omnipd reference worker, both speaking vLLM's
+// OpenAI-compatible API. It sends a request body the orchestrator has already
+// built, with the request id and deployment secret, and hands back the
+// response — whole, or event by event for streams — or an error in one of a
+// few classes (ErrConnect, ErrTimeout, ErrCanceled, ErrTruncated,
+// ErrProtocol, *UpstreamError) from which the orchestrator decides between
+// retrying on another replica, failing, or giving up because the client left.
+//
+// It also reads an instance's /health and its Prometheus /metrics, which the
+// orchestrator uses for replica choice.
+//
+// Deadlines come only from the caller's context: a prefill of a long prompt
+// and a decode streaming for minutes are both normal, so no fixed timeout
+// fits. Cancelling the context, or closing a stream early, aborts the HTTP
+// request, which is how vLLM learns to stop generating and free the request's
+// KV blocks.
+package stageclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/omnipd/omnipd/openai"
+)
+
+// Size bounds. A body or event over its bound is ErrProtocol: a worker that
+// sends that much is broken, and reading it would let one bad instance
+// exhaust the orchestrator's memory.
+const (
+	// DefaultMaxBodyBytes bounds a non-streaming response body. Completions
+	// with logprobs for many tokens are the largest legitimate ones.
+	DefaultMaxBodyBytes = 64 << 20
+	// maxErrorBody bounds an error body: the message is what matters, and
+	// ParseErrorResponse falls back to the first bytes of text anyway.
+	maxErrorBody = 1 << 20
+	// maxMetricsBody bounds /metrics. vLLM's exposition, histograms
+	// included, is a few hundred KiB per engine.
+	maxMetricsBody = 16 << 20
+)
+
+// Config configures a Client. Only BaseURL is required.
+type Config struct {
+	// BaseURL is the instance's root, "http://host:port" (a path prefix is
+	// allowed, for instances behind a proxy).
+	BaseURL string
+	// HTTP sends the requests. Nil means a client shared by every Client in
+	// the process, tuned for many concurrent requests to a few hosts and with
+	// no overall timeout (deadlines come from each call's context). A
+	// caller-supplied client is used as is, redirects and timeouts included.
+	HTTP *http.Client
+	// Secret, when set, is sent as "Authorization: Bearer <Secret>" on every
+	// request: the deployment secret workers may require.
+	Secret string
+	// MaxBodyBytes bounds a non-streaming response body; <= 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxEventBytes bounds one SSE event of a stream; <= 0 means
+	// openai.DefaultMaxEventSize. A stream's total size is not bounded: a
+	// long generation or audio stream is legitimate, and only one event is
+	// held in memory at a time.
+	MaxEventBytes int
+}
+
+// Client sends requests to one stage instance. It is safe for concurrent
+// use and holds no per-request state.
+type Client struct {
+	base     string
+	http     *http.Client
+	auth     string // the Authorization header value, or ""
+	maxBody  int64
+	maxEvent int
+}
+
+// New validates cfg and returns a client for its instance.
+func New(cfg Config) (*Client, error) {
+	base, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{base: base, http: cfg.HTTP, maxBody: cfg.MaxBodyBytes, maxEvent: cfg.MaxEventBytes}
+	if c.http == nil {
+		c.http = sharedHTTP
+	}
+	if c.maxBody <= 0 {
+		c.maxBody = DefaultMaxBodyBytes
+	}
+	if c.maxEvent <= 0 {
+		c.maxEvent = openai.DefaultMaxEventSize
+	}
+	if cfg.Secret != "" {
+		if !validHeaderValue(cfg.Secret) {
+			return nil, errors.New("stageclient: secret contains characters not allowed in an HTTP header")
+		}
+		c.auth = "Bearer " + cfg.Secret
+	}
+	return c, nil
+}
+
+func parseBaseURL(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("stageclient: base URL: %w", err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("stageclient: base URL %q: scheme must be http or https", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("stageclient: base URL %q: no host", raw)
+	case u.User != nil:
+		// Credentials in a URL end up in logs and error messages; the
+		// secret has its own field.
+		return "", fmt.Errorf("stageclient: base URL %q: user info is not allowed; use Secret", raw)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return "", fmt.Errorf("stageclient: base URL %q: query and fragment are not allowed", raw)
+	}
+	if p := u.Port(); p != "" {
+		if _, err := net.LookupPort("tcp", p); err != nil {
+			return "", fmt.Errorf("stageclient: base URL %q: bad port", raw)
+		}
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// BaseURL is the instance's root URL, without a trailing slash.
+func (c *Client) BaseURL() string { return c.base }
+
+// sharedHTTP is the default client. Sharing one Transport across Clients
+// lets connections to an instance be reused whichever Client holds it.
+var sharedHTTP = &http.Client{
+	Transport: newTransport(),
+	// A stage instance has no reason to redirect; following one would turn
+	// a POST into a GET. The 3xx becomes an *UpstreamError instead.
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// The orchestrator keeps hundreds of requests in flight to each of a
+	// handful of instances. With Go's default of 2 idle connections per
+	// host, nearly every request would dial anew and leave a TIME_WAIT
+	// socket behind, which at high request rates exhausts ephemeral ports.
+	t.MaxIdleConnsPerHost = 256
+	t.MaxIdleConns = 4096
+	// vLLM's API server (uvicorn) drops a connection idle for 5 s
+	// (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). Reusing one just as it is dropped
+	// fails the POST — which net/http cannot replay — with ErrConnect, so
+	// give idle connections up first.
+	t.IdleConnTimeout = 4 * time.Second
+	// Stage instances sit in the same cluster: a connect that takes seconds
+	// means the instance is gone, and the sooner that is ErrConnect the
+	// sooner another replica takes over.
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	// Transparent gzip would let an intermediary buffer SSE events until a
+	// compression block fills; stage traffic is on a fast network anyway.
+	t.DisableCompression = true
+	return t
+}
+
+// Response is a successful (2xx) non-streaming response.
+type Response struct {
+	Status int
+	Header http.Header
+	// Body is the whole body: a JSON document (or empty for 204).
+	Body []byte
+}
+
+// Post sends body (a JSON request) to path — "/v1/completions",
+// "/v1/chat/completions", or a stage API path — with X-Request-Id set to
+// requestID, and waits for the whole response. The request must not ask to
+// stream. Only a 2xx with a JSON body is a Response; anything else is an
+// error (see the package's error classes).
+func (c *Client) Post(ctx context.Context, path, requestID string, body []byte) (*Response, error) {
+	req, what, err := c.newRequest(ctx, http.MethodPost, path, requestID, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, classifyDo(ctx, what, err)
+	}
+	defer resp.Body.Close()
+	if !is2xx(resp.StatusCode) {
+		return nil, readUpstreamError(what, resp)
+	}
+	data, err := readBounded(resp.Body, c.maxBody)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return nil, classified(what, ErrProtocol, err)
+	case err != nil:
+		return nil, classifyRead(ctx, what, err)
+	}
+	if !json.Valid(data) && !(resp.StatusCode == http.StatusNoContent && len(data) == 0) {
+		return nil, classified(what, ErrProtocol, fmt.Errorf("%d response body (Content-Type %q) is not JSON: %.80q",
+			resp.StatusCode, resp.Header.Get("Content-Type"), data))
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
+}
+
+// newRequest builds a request to path, with the headers every call carries.
+// what names it in error messages.
+func (c *Client) newRequest(ctx context.Context, method, path, requestID string, body []byte) (*http.Request, string, error) {
+	if !strings.HasPrefix(path, "/") {
+		return nil, "", fmt.Errorf("stageclient: path %q does not start with /", path)
+	}
+	target := c.base + path
+	what := fmt.Sprintf("stageclient: %s %s", method, target)
+	if body != nil {
+		// Every call that carries a body is about a user request, and the
+		// request id is how legs of one request are tied together across
+		// instances (some KV connectors match transfers by it), so a
+		// missing one is a bug to surface, not to paper over with a
+		// random id.
+		if requestID == "" {
+			return nil, "", fmt.Errorf("%s: empty request id", what)
+		}
+		if !validHeaderValue(requestID) {
+			return nil, "", fmt.Errorf("%s: request id %q contains characters not allowed in an HTTP header", what, requestID)
+		}
+		what += " (request " + requestID + ")"
+	}
+	var rd io.Reader
+	if body != nil {
+		// A *bytes.Reader lets the transport replay the body if the request
+		// was never written on a reused connection that turned out dead.
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	if requestID != "" {
+		req.Header.Set("X-Request-Id", requestID)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	return req, what, nil
+}
+
+// validHeaderValue rejects control characters, which would either make
+// net/http refuse the request late or, worse, split headers.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func is2xx(status int) bool { return status >= 200 && status <= 299 }
+
+var errTooLarge = errors.New("response body too large")
+
+// readBounded reads r to the end, failing if it holds more than limit bytes.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return data, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: over %d bytes", errTooLarge, limit)
+	}
+	return data, nil
+}
+
+// readUpstreamError turns a non-2xx response into an *UpstreamError. A
+// failure reading the body is not reported: the status already says what
+// happened, and a partial body still parses into a message.
+func readUpstreamError(what string, resp *http.Response) *UpstreamError {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	return newUpstreamError(what, resp.StatusCode, raw)
+}
+
+// mediaType is Content-Type without parameters, lower-cased; "" if absent
+// or unparsable.
+func mediaType(h http.Header) string {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return ""
+	}
+	return mt
+}

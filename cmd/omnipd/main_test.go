@@ -2,20 +2,23 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
-// TestBinary builds the real binary and runs the README's main command and
-// a validation the way a user does.
-func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+func buildBinary(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "omnipd")
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
@@ -24,6 +27,102 @@ func TestBinary(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// TestServeAsTheREADMESays runs the README's main command — omnipd serve
+// on the embedded default — sends it a chat request, stops it with SIGTERM,
+// and checks that its workers went with it.
+func TestServeAsTheREADMESays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+	}()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://127.0.0.1:8000/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("omnipd serve not healthy within 60s:\n%s", out.String())
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("omnipd serve exited: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	resp, err := http.Post("http://127.0.0.1:8000/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var c struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 {
+		t.Fatalf("chat request: %d %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get("X-Omnipd-Pd-Path") != "disaggregated" || c.Usage.PromptTokensDetails.CachedTokens != c.Usage.PromptTokens-1 {
+		t.Errorf("the default should serve through prefill and decode: path %q, usage %+v", resp.Header.Get("X-Omnipd-Pd-Path"), c.Usage)
+	}
+
+	workers := regexp.MustCompile(`ready at (http://\S+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(workers) != 2 {
+		t.Errorf("expected a prefill and a decode worker in the progress lines:\n%s", out.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("omnipd serve exited with %v after SIGTERM:\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("omnipd serve did not stop within 30s of SIGTERM")
+	}
+	for _, w := range workers {
+		if resp, err := http.Get(w[1] + "/health"); err == nil {
+			resp.Body.Close()
+			t.Errorf("worker %s still answers after omnipd stopped", w[1])
+		}
+	}
+}
+
+// TestBinary builds the real binary and runs the config commands the way a
+// user does.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
 
 	run := func(args ...string) (int, string, string) {
 		cmd := exec.Command(bin, args...)
@@ -58,4 +157,22 @@ func TestBinary(t *testing.T) {
 	if code != 1 || out != "" || !strings.Contains(errOut, bad+":2:15: stages[0].stage_id: ") {
 		t.Errorf("omnipd validate bad config: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

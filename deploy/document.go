@@ -115,6 +115,10 @@ type PDSettings struct {
 	MinPrefillTokens int
 	// PrefillRetries is how many other prefill instances a failed prefill is retried on.
 	PrefillRetries int
+	// Fallback is what happens when every prefill attempt failed: "" (the
+	// client gets the error) or "local" (the decode prefills itself;
+	// counted, logged and shown in the x-omnipd-pd-path header).
+	Fallback string
 }
 
 // Topology returns the pure stage graph of d.

@@ -11,7 +11,7 @@ const defaultPrefillRetries = 1
 
 var pdKnownKeys = []string{
 	"enabled", "connector", "devices", "prefill", "decode", "kv_buffer_device", "kv_buffer_size",
-	"kv_ip", "kv_port", "kv_connector_extra_config", "min_prefill_tokens", "prefill_retries",
+	"kv_ip", "kv_port", "kv_connector_extra_config", "min_prefill_tokens", "prefill_retries", "fallback",
 }
 
 // pdRequest is the pd: section (and the expand flags) as written.
@@ -32,6 +32,7 @@ type pdRequest struct {
 	extra            *Node
 	minPrefillTokens int
 	prefillRetries   int
+	fallback         string
 }
 
 type pdRole struct {
@@ -88,6 +89,14 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 				req.minPrefillTokens, _ = p.nonNegIntOf(v, fp)
 			case "prefill_retries":
 				req.prefillRetries, _ = p.nonNegIntOf(v, fp)
+			case "fallback":
+				if s, ok := p.strOf(v, fp); ok {
+					if s != "none" && s != "local" {
+						p.errorf(v, fp, "want none or local, got %q", s)
+					} else if s == "local" {
+						req.fallback = s
+					}
+				}
 			default:
 				p.unknownKey(k, fp, pdKnownKeys)
 			}
@@ -166,7 +175,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 				Msg: fmt.Sprintf("the stages are already disaggregated with %s; %s conflicts (edit the stages' kv_transfer_config instead)", connector, req.connector)})
 			return
 		}
-		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries}
+		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
 		return
 	}
 	ti := slices.IndexFunc(doc.Stages, func(s *Stage) bool { return s.disaggregatable })
@@ -318,7 +327,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	stages = append(stages, prefill, decode)
 	stages = append(stages, doc.Stages[ti+1:]...)
 	doc.Stages = stages
-	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries}
+	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
 }
 
 func firstNonZero(xs ...int) int {

@@ -85,3 +85,19 @@ func TestMigratePrintsStagesSchema(t *testing.T) {
 		t.Errorf("migrated document resolves differently from the legacy file")
 	}
 }
+
+// serve --pd=false: the same pipeline with the Thinker as one stage; a
+// config whose Thinker is already split cannot be served that way.
+func TestColocatedOption(t *testing.T) {
+	doc, _, err := deploy.Load(deploy.DefaultConfigName, deploy.DefaultConfig(), deploy.Options{Colocated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.PD != nil || len(doc.Stages) != 3 || doc.Stages[0].ModelStage != "thinker" || doc.Disaggregated() {
+		t.Errorf("colocated default: PD %+v, %d stages", doc.PD, len(doc.Stages))
+	}
+	_, _, err = deploy.LoadFile(fixtures+"legacy_qwen3_omni_moe_pd_separation.yaml", deploy.Options{Colocated: true})
+	if err == nil || !strings.Contains(err.Error(), "already split") {
+		t.Errorf("a split Thinker served colocated: %v", err)
+	}
+}

@@ -33,6 +33,11 @@ func (d *Document) Node() *Node {
 		}
 		pd.Set("min_prefill_tokens", newInt(d.PD.MinPrefillTokens, at))
 		pd.Set("prefill_retries", newInt(d.PD.PrefillRetries, at))
+		fallback := d.PD.Fallback
+		if fallback == "" {
+			fallback = "none"
+		}
+		pd.Set("fallback", newStr(fallback, at))
 		root.Set("pd", pd)
 	}
 	stages := newSeq(at)

@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageclient"
 )
@@ -26,6 +28,7 @@ const (
 	PathDisaggregated = "disaggregated"
 	PathDecodeOnly    = "decode-only"
 	PathColocated     = "colocated"
+	PathFallback      = "fallback"
 )
 
 // Error is a failure the client sees: an HTTP status, a stable code and a
@@ -128,6 +131,13 @@ type Config struct {
 	PrefillRetries int
 	// PrefillTimeout bounds one prefill attempt (default 60 s).
 	PrefillTimeout time.Duration
+	// MinPrefillTokens sends prompts shorter than this to the decode alone
+	// (conditional disaggregation; 0 disaggregates every request).
+	MinPrefillTokens int
+	// FallbackLocal lets the decode prefill itself when every prefill
+	// attempt failed, instead of failing the request. Counted and logged.
+	FallbackLocal bool
+	Metrics       *metrics.Orchestrator
 	Logger         *slog.Logger
 	Now            func() time.Time
 }
@@ -217,13 +227,22 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	dec := o.cfg.Decode.pick(o.now(), nil)
 	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
 
+	if o.cfg.MinPrefillTokens > 0 && o.short(ctx, req, dec, log) {
+		o.cfg.Metrics.RecordDecodeOnly()
+		return o.decodeOn(ctx, req, dec, h, nil, PathDecodeOnly, log)
+	}
 	if c.Dispatch() == kvconnector.Concurrent {
-		return o.concurrent(ctx, req, dec, h, log)
+		res, err := o.concurrent(ctx, req, dec, h, log)
+		if err != nil {
+			return o.fallback(ctx, req, dec, h, err, log)
+		}
+		return res, nil
 	}
 	_, prefillParams, err := o.prefill(ctx, req, &h, log)
 	if err != nil {
-		return nil, err
+		return o.fallback(ctx, req, dec, h, err, log)
 	}
+	handedOver := o.now()
 	params, err := c.DecodeParams(h, prefillParams)
 	if err != nil {
 		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}
@@ -235,7 +254,68 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		o.claimAndDrop(req, dec, h, params, log)
 		return nil, ctx.Err()
 	}
-	return o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	if err == nil && res.Stream != nil {
+		o.cfg.Metrics.RecordHandoff(o.now().Sub(handedOver))
+	}
+	return res, err
+}
+
+// fallback decides what a failed prefill means for the client: the error,
+// or — with pd.fallback: local — the decode prefilling itself. Never silent:
+// counted, logged, and named in the response's path header.
+func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, err error, log *slog.Logger) (*Result, error) {
+	var oe *Error
+	if !o.cfg.FallbackLocal || ctx.Err() != nil || !errors.As(err, &oe) || oe.Status < 500 || !strings.HasPrefix(oe.Code, "prefill_") {
+		return nil, err
+	}
+	o.cfg.Metrics.RecordFallback()
+	log.Warn("prefill failed; the decode prefills this request itself (pd.fallback: local)", "err", err)
+	return o.decodeOn(ctx, req, dec, h, nil, PathFallback, log)
+}
+
+// short reports whether the prompt is below pd.min_prefill_tokens. A cheap
+// upper bound (one token per byte, plus the chat markers) settles most
+// prompts; the rest are counted by the decode's /tokenize.
+func (o *Orchestrator) short(ctx context.Context, req *Request, dec *Instance, log *slog.Logger) bool {
+	bound := 0
+	var body map[string]any
+	if req.Chat != nil {
+		var msgs []map[string]string
+		for _, m := range req.Chat.Messages {
+			text := m.Text()
+			bound += len(m.Role) + len(text) + 4
+			msgs = append(msgs, map[string]string{"role": m.Role, "content": text})
+		}
+		bound += 11
+		body = map[string]any{"model": req.Chat.Model, "messages": msgs, "add_generation_prompt": true}
+	} else {
+		p := req.Completion.Prompt
+		if p != nil && len(p.TokenIDs) == 1 {
+			return len(p.TokenIDs[0]) < o.cfg.MinPrefillTokens
+		}
+		if p == nil || len(p.Texts) != 1 {
+			return false
+		}
+		bound = len(p.Texts[0])
+		body = map[string]any{"model": req.Completion.Model, "prompt": p.Texts[0]}
+	}
+	if bound < o.cfg.MinPrefillTokens {
+		return true
+	}
+	raw, _ := json.Marshal(body)
+	resp, err := dec.Client.Post(ctx, "/tokenize", req.ID, raw)
+	if err != nil {
+		log.Warn("could not count the prompt's tokens; disaggregating it", "err", err)
+		return false
+	}
+	var counted struct {
+		Count int `json:"count"`
+	}
+	if json.Unmarshal(resp.Body, &counted) != nil {
+		return false
+	}
+	return counted.Count < o.cfg.MinPrefillTokens
 }
 
 // claimAndDrop sends a one-token decode leg, detached from the departed
@@ -324,6 +404,7 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 		if !retryable || ctx.Err() != nil {
 			break
 		}
+		o.cfg.Metrics.RecordPrefillRetry()
 		log.Warn("prefill failed; retrying on another instance", "instance", in.Client.BaseURL(), "attempt", attempt+1, "err", err)
 	}
 	return nil, nil, prefillFailure(last)
@@ -359,9 +440,9 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
 	defer cancel()
 	pid, _ := o.cfg.Contract.RequestIDs(h)
-	in.inflight.Add(1)
+	o.track(o.cfg.Prefill, in, 1)
 	resp, err := in.Client.Post(ctx, req.path(), pid, body)
-	in.inflight.Add(-1)
+	o.track(o.cfg.Prefill, in, -1)
 	if err != nil {
 		var ue *stageclient.UpstreamError
 		retry := errors.Is(err, stageclient.ErrConnect) || (errors.As(err, &ue) && ue.Retryable()) ||
@@ -388,6 +469,12 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	return v, false, nil
 }
 
+// track moves an instance's in-flight count and its gauge.
+func (o *Orchestrator) track(p *Pool, in *Instance, delta int) {
+	in.inflight.Add(int64(delta))
+	o.cfg.Metrics.AddInFlight(p.Name, in.Client.BaseURL(), delta)
+}
+
 // decode sends the client's request to a decode (or colocated) instance.
 func (o *Orchestrator) decode(ctx context.Context, req *Request, params map[string]any, path string, log *slog.Logger) (*Result, error) {
 	in := o.cfg.Decode.pick(o.now(), nil)
@@ -403,8 +490,8 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	if o.cfg.Contract != nil && path == PathDisaggregated {
 		_, id = o.cfg.Contract.RequestIDs(h)
 	}
-	in.inflight.Add(1)
-	release := func() { in.inflight.Add(-1) }
+	o.track(o.cfg.Decode, in, 1)
+	release := func() { o.track(o.cfg.Decode, in, -1) }
 	if req.streaming() {
 		s, err := in.Client.Stream(ctx, req.path(), id, body)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/stageclient"
@@ -41,6 +42,7 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxConcurrent bounds requests in flight; more get 429 (default 1024).
 	MaxConcurrent int
+	Metrics       *metrics.Orchestrator
 	Logger        *slog.Logger
 }
 
@@ -71,6 +73,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
 	return s
 }
 
@@ -116,6 +119,16 @@ func newRequestID() string {
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		log := s.log.With("request_id", RequestID(r.Context()))
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		w = sw
+		defer func() {
+			path := sw.Header().Get("X-Omnipd-Pd-Path")
+			if path == "" {
+				path = "none"
+			}
+			s.cfg.Metrics.RecordRequest(path, sw.status, time.Since(start))
+		}()
 		if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
 			s.inflight.Add(-1)
 			w.Header().Set("Retry-After", "1")
@@ -190,6 +203,7 @@ func (s *Server) checkModel(model string) error {
 
 // serve runs the request and relays its answer.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator.Request) error {
+	start := time.Now()
 	res, err := s.cfg.Orchestrator.Do(r.Context(), req)
 	if err != nil {
 		return err
@@ -203,8 +217,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 		return err
 	}
 	sse := openai.NewSSEWriter(w)
+	events := 0
+	var first time.Duration
+	defer func() {
+		if events > 0 {
+			s.cfg.Metrics.RecordStreamTiming(first, events, time.Since(start))
+		}
+	}()
 	for {
 		ev, err := res.Stream.Next()
+		if err == nil {
+			if events == 0 {
+				first = time.Since(start)
+			}
+			events++
+		}
 		if err != nil {
 			var ue *stageclient.UpstreamError
 			switch {
@@ -247,3 +274,18 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+// statusWriter remembers the status written, for the request metric, and
+// passes flushes on (SSE needs them).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer's Flush.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -20,6 +20,7 @@ import (
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/worker"
@@ -96,6 +97,11 @@ type deployment struct {
 // pdDeployment is omnipd's handler in front of prefill and decode workers.
 func pdDeployment(t *testing.T, handshake string, prefills int) *deployment {
 	t.Helper()
+	return pdDeploymentWith(t, handshake, prefills, func(*orchestrator.Config, *Config) {})
+}
+
+func pdDeploymentWith(t *testing.T, handshake string, prefills int, tune func(*orchestrator.Config, *Config)) *deployment {
+	t.Helper()
 	d := &deployment{}
 	var pre []*refWorker
 	for i := range prefills {
@@ -107,14 +113,18 @@ func pdDeployment(t *testing.T, handshake string, prefills int) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := orchestrator.New(orchestrator.Config{
+	ocfg := orchestrator.Config{
 		Prefill: pool(t, "prefill", pre...), Decode: pool(t, "decode", dec), Contract: contract,
-		PrefillRetries: 1, PrefillTimeout: 10 * time.Second, Logger: quiet,
-	})
+		PrefillRetries: 1, PrefillTimeout: 10 * time.Second, Logger: quiet, Metrics: metrics.NewOrchestrator(),
+	}
+	scfg := Config{ModelName: "omnipd-reference", Logger: quiet, Metrics: ocfg.Metrics}
+	tune(&ocfg, &scfg)
+	o, err := orchestrator.New(ocfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(New(Config{Orchestrator: o, ModelName: "omnipd-reference", Logger: quiet}))
+	scfg.Orchestrator = o
+	hs := httptest.NewServer(New(scfg))
 	t.Cleanup(hs.Close)
 	d.url = hs.URL
 	d.workers = append(pre, dec)
@@ -350,4 +360,108 @@ func TestAPIErrors(t *testing.T) {
 	if status != 200 {
 		t.Errorf("client kv_transfer_params were forwarded: %d %s", status, body)
 	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// Prompts below pd.min_prefill_tokens skip the prefill, are counted, and say
+// so in the path header; longer ones are disaggregated.
+func TestConditionalDisaggregation(t *testing.T) {
+	pd := pdDeploymentWith(t, "pull", 1, func(o *orchestrator.Config, _ *Config) { o.MinPrefillTokens = 40 })
+	for _, c := range []struct {
+		content, path string
+	}{
+		{"hi", orchestrator.PathDecodeOnly},                    // under the byte bound
+		{strings.Repeat("a", 20), orchestrator.PathDecodeOnly}, // counted by /tokenize: 20 + 19 < 40
+		{strings.Repeat("long prompt ", 10), orchestrator.PathDisaggregated},
+	} {
+		status, hdr, body, err := postChat(context.Background(), pd.url, chatBody(c.content, 1, false))
+		if err != nil || status != 200 {
+			t.Fatalf("%q: %d %v %s", c.content, status, err, body)
+		}
+		if got := hdr.Get("X-Omnipd-Pd-Path"); got != c.path {
+			t.Errorf("%q: path %q, want %q", c.content, got, c.path)
+		}
+	}
+	m := metricsText(t, pd.url)
+	for _, want := range []string{"omnipd_pd_decode_only_total 2", `omnipd_requests_total{path="decode-only",status="200"} 2`, `omnipd_requests_total{path="disaggregated",status="200"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// With pd.fallback: local, a request whose prefill cannot be served is
+// prefilled by the decode itself — counted and visible, never silent.
+// Without it, the client gets the 502.
+func TestFallbackIsVisible(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		pd := pdDeploymentWith(t, "pull", 1, func(o *orchestrator.Config, _ *Config) { o.FallbackLocal = local })
+		pd.workers[0].http.Close()
+		status, hdr, body, err := postChat(context.Background(), pd.url, chatBody("fallback", 3, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !local {
+			if status != 502 {
+				t.Errorf("without fallback: %d %s", status, body)
+			}
+			continue
+		}
+		if status != 200 || hdr.Get("X-Omnipd-Pd-Path") != orchestrator.PathFallback {
+			t.Errorf("with fallback: %d path %q %s", status, hdr.Get("X-Omnipd-Pd-Path"), body)
+		}
+		if m := metricsText(t, pd.url); !strings.Contains(m, "omnipd_pd_fallbacks_total 1") || !strings.Contains(m, "omnipd_prefill_retries_total") {
+			t.Errorf("fallback not counted:\n%s", m)
+		}
+	}
+}
+
+func TestLimits(t *testing.T) {
+	block := make(chan struct{})
+	started := make(chan struct{}, 1)
+	slow := orchestratorFunc(func(ctx context.Context, _ *orchestrator.Request) (*orchestrator.Result, error) {
+		started <- struct{}{}
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil, ctx.Err()
+	})
+	hs := httptest.NewServer(New(Config{Orchestrator: slow, ModelName: "m", MaxConcurrent: 1, MaxBodyBytes: 1024, Logger: quiet}))
+	defer hs.Close()
+	defer close(block)
+
+	status, _, body, _ := postChat(context.Background(), hs.URL, `{"messages":[{"role":"user","content":"`+strings.Repeat("x", 2048)+`"}]}`)
+	if status != 413 || !strings.Contains(body, `"error"`) {
+		t.Errorf("oversized body: %d %s", status, body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go postChat(ctx, hs.URL, `{"messages":[{"role":"user","content":"x"}]}`)
+	<-started
+	req, _ := http.NewRequest("POST", hs.URL+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"y"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("over the concurrency limit: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+type orchestratorFunc func(context.Context, *orchestrator.Request) (*orchestrator.Result, error)
+
+func (f orchestratorFunc) Do(ctx context.Context, r *orchestrator.Request) (*orchestrator.Result, error) {
+	return f(ctx, r)
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/sampler"
+	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 )
@@ -78,6 +80,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
+	s.mux.HandleFunc("POST /tokenize", s.handle(s.tokenize))
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.Handle("GET /metrics", s.metrics.Handler())
@@ -214,4 +217,37 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// tokenize is vLLM's POST /tokenize: the prompt's token ids and count, for a
+// completions prompt or chat messages (with the generation prompt).
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Model               string `json:"model"`
+		Prompt              *string
+		Messages            []struct{ Role, Content string }
+		AddGenerationPrompt *bool `json:"add_generation_prompt"`
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		return openai.InvalidRequest("", "invalid JSON: "+err.Error())
+	}
+	if req.Model != "" && req.Model != s.cfg.ModelName {
+		return openai.ModelNotFound(req.Model)
+	}
+	var ids []int
+	switch {
+	case req.Prompt != nil:
+		ids = s.eng.Tokenizer().Encode(*req.Prompt)
+	case len(req.Messages) > 0:
+		msgs := make([]tokenizer.Message, len(req.Messages))
+		for i, m := range req.Messages {
+			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		}
+		ids = s.eng.Tokenizer().ApplyChatTemplate(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	default:
+		return openai.InvalidRequest("prompt", "give a prompt or messages")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.eng.Model().Config.MaxPositionEmbeddings, "tokens": ids})
+	return nil
 }

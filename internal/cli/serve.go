@@ -19,6 +19,7 @@ import (
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
@@ -156,10 +157,13 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			}
 		}
 	}
-	cfg := orchestrator.Config{Logger: o.log}
+	m := metrics.NewOrchestrator()
+	cfg := orchestrator.Config{Logger: o.log, Metrics: m}
 	if contract != nil {
 		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
 		cfg.PrefillRetries = doc.PD.PrefillRetries
+		cfg.MinPrefillTokens = doc.PD.MinPrefillTokens
+		cfg.FallbackLocal = doc.PD.Fallback == "local"
 	} else {
 		cfg.Decode = pools[topology.RoleFull]
 	}
@@ -172,7 +176,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		all = append(all, p.Instances...)
 	}
 	handler := server.New(server.Config{
-		Orchestrator: orch, ModelName: o.model, Logger: o.log,
+		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m,
 		Ready: func(ctx context.Context) error {
 			for _, in := range all {
 				if err := in.Client.Health(ctx); err != nil {

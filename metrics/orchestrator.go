@@ -1,0 +1,124 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Orchestrator holds omnipd serve's metrics. A nil *Orchestrator records
+// nothing, so tests and tools can leave it out.
+type Orchestrator struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec
+	ttft       prometheus.Histogram
+	tpot       prometheus.Histogram
+	e2e        prometheus.Histogram
+	handoff    prometheus.Histogram
+	retries    prometheus.Counter
+	fallbacks  prometheus.Counter
+	decodeOnly prometheus.Counter
+	inflight   *prometheus.GaugeVec
+}
+
+// NewOrchestrator registers the orchestrator's metrics.
+func NewOrchestrator() *Orchestrator {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hist := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets})
+	}
+	m := &Orchestrator{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_requests_total", Help: "Requests by the path they took (disaggregated, decode-only, fallback, colocated) and HTTP status.",
+		}, []string{"path", "status"}),
+		ttft:    hist("omnipd_time_to_first_token_seconds", "Time from the request to its first streamed token."),
+		tpot:    hist("omnipd_time_per_output_token_seconds", "Time per output token after the first, per streamed request."),
+		e2e:     hist("omnipd_e2e_request_latency_seconds", "Time from the request to its last byte."),
+		handoff: hist("omnipd_pd_handoff_seconds", "Time from the prefill's answer to the decode's first token."),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_prefill_retries_total", Help: "Prefill legs retried on another instance.",
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_pd_fallbacks_total", Help: "Requests the decode prefilled itself because every prefill attempt failed (pd.fallback: local).",
+		}),
+		decodeOnly: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_pd_decode_only_total", Help: "Requests shorter than pd.min_prefill_tokens, sent to the decode alone.",
+		}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "omnipd_stage_requests_in_flight", Help: "Requests omnipd has on each stage instance.",
+		}, []string{"stage", "instance"}),
+	}
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Orchestrator) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// RecordRequest counts a finished request and its end-to-end latency.
+func (m *Orchestrator) RecordRequest(path string, status int, e2e time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(path, strconv.Itoa(status)).Inc()
+	m.e2e.Observe(e2e.Seconds())
+}
+
+// RecordStreamTiming records a streamed request's time to first token and
+// mean time per output token after it.
+func (m *Orchestrator) RecordStreamTiming(ttft time.Duration, tokens int, total time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ttft.Observe(ttft.Seconds())
+	if tokens > 1 {
+		m.tpot.Observe((total - ttft).Seconds() / float64(tokens-1))
+	}
+}
+
+// RecordHandoff records the time from the prefill's answer to the decode's
+// first token.
+func (m *Orchestrator) RecordHandoff(d time.Duration) {
+	if m != nil {
+		m.handoff.Observe(d.Seconds())
+	}
+}
+
+// RecordPrefillRetry counts a prefill leg retried elsewhere.
+func (m *Orchestrator) RecordPrefillRetry() {
+	if m != nil {
+		m.retries.Inc()
+	}
+}
+
+// RecordFallback counts a request the decode prefilled itself.
+func (m *Orchestrator) RecordFallback() {
+	if m != nil {
+		m.fallbacks.Inc()
+	}
+}
+
+// RecordDecodeOnly counts a request too short to disaggregate.
+func (m *Orchestrator) RecordDecodeOnly() {
+	if m != nil {
+		m.decodeOnly.Inc()
+	}
+}
+
+// AddInFlight moves the in-flight count of one stage instance.
+func (m *Orchestrator) AddInFlight(stage, instance string, delta int) {
+	if m != nil {
+		m.inflight.WithLabelValues(stage, instance).Add(float64(delta))
+	}
+}

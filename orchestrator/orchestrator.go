@@ -138,8 +138,8 @@ type Config struct {
 	// attempt failed, instead of failing the request. Counted and logged.
 	FallbackLocal bool
 	Metrics       *metrics.Orchestrator
-	Logger         *slog.Logger
-	Now            func() time.Time
+	Logger        *slog.Logger
+	Now           func() time.Time
 }
 
 // Orchestrator serves requests across the configured stages.

@@ -147,6 +147,8 @@ type Orchestrator struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+	// afterPrefill, when set (tests), runs between a sequential request's legs.
+	afterPrefill func()
 }
 
 // New builds an orchestrator.
@@ -243,6 +245,9 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		return o.fallback(ctx, req, dec, h, err, log)
 	}
 	handedOver := o.now()
+	if o.afterPrefill != nil {
+		o.afterPrefill()
+	}
 	params, err := c.DecodeParams(h, prefillParams)
 	if err != nil {
 		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}

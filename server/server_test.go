@@ -318,7 +318,26 @@ func TestClientDisconnectMidStream(t *testing.T) {
 // client gets a clean 502 naming the failure, never a hang.
 func TestPrefillWorkerDies(t *testing.T) {
 	pd := pdDeployment(t, "pull", 2)
-	pd.workers[0].http.Close() // one prefill instance dies
+	// One prefill instance dies while requests are in flight: each ends,
+	// within its deadline, with an answer or a clean error.
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			status, _, body, err := postChat(ctx, pd.url, chatBody(fmt.Sprint("in flight ", i), i, i%2 == 0))
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			} else if status != 200 && status != 502 {
+				t.Errorf("request %d: %d %s", i, status, body)
+			}
+		})
+		if i == 8 {
+			pd.workers[0].http.CloseClientConnections()
+			pd.workers[0].http.Close()
+		}
+	}
+	wg.Wait()
 	for i := range 4 {
 		status, _, body, err := postChat(context.Background(), pd.url, chatBody(fmt.Sprint("x", i), i, false))
 		if err != nil || status != 200 {

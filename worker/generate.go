@@ -188,6 +188,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		}
 		out.delta(ev.Text)
 	}
+	if plan != nil && plan.export && plan.blocks != nil && ctx.Err() != nil {
+		// The prefill's caller left before it learned where the KV is:
+		// nobody will claim it, so free it now rather than at lease expiry.
+		s.kv.producer.Release(plan.key)
+	}
 	if last.FinishReason == "abort" && plan != nil && plan.imports && !importStarted {
 		// Abandoned before its KV arrived: free the prefill's lease now.
 		s.kv.release(plan)

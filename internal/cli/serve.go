@@ -108,9 +108,12 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			fmt.Fprintf(o.out, "stage %d (%s): not served yet; omnipd serves the text output\n", s.ID, s.ModelStage)
 			continue
 		}
-		pool := &orchestrator.Pool{Name: fmt.Sprintf("%s-%s", s.ModelStage, s.Role)}
+		pool := &orchestrator.Pool{Name: s.ModelStage}
+		if s.Role != topology.RoleFull {
+			pool.Name += "-" + s.Role.String()
+		}
 		for i, r := range s.Replicas {
-			name := fmt.Sprintf("%s-%s-%d", s.ModelStage, s.Role, i)
+			name := fmt.Sprintf("%s-%d", pool.Name, i)
 			url := r.Endpoint
 			if url == "" {
 				kv, err := workerKVConfig(s, r)

@@ -106,6 +106,13 @@ func NewWorker(model string, load WorkerLoad, kv KVLeaseStats) *Worker {
 	return w
 }
 
+// WatchStashes exposes the number of conditioning stashes a worker holds.
+func (w *Worker) WatchStashes(count func() int) {
+	w.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "omnipd_conditioning_stashes", Help: "Conditioning stashes waiting to be fetched by the Talker.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (w *Worker) Handler() http.Handler {
 	return promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{})

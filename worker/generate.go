@@ -11,6 +11,7 @@ import (
 	"github.com/omnipd/omnipd/engine/sampler"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageconn"
 )
 
 // generation is one request, decoded from either endpoint.
@@ -23,6 +24,14 @@ type generation struct {
 	includeUsage   bool
 	returnTokenIDs bool
 	kvParams       map[string]any
+	// conditioning asks to keep the per-position conditioning under a key
+	// for the Talker (omni extension: "omnipd_conditioning": {"key", "layer"}).
+	conditioning *conditioningRequest
+}
+
+type conditioningRequest struct {
+	Key   string `json:"key"`
+	Layer int    `json:"layer"`
 }
 
 // Default max_tokens: OpenAI's 16 for completions; for chat, the rest of
@@ -135,6 +144,13 @@ func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int
 	if raw, ok := extra["return_token_ids"]; ok {
 		_ = json.Unmarshal(raw, &g.returnTokenIDs)
 	}
+	if raw, ok := extra["omnipd_conditioning"]; ok {
+		var c conditioningRequest
+		if err := json.Unmarshal(raw, &c); err != nil || c.Key == "" || c.Layer < 1 || c.Layer > s.eng.Model().Config.NumLayers {
+			return openai.InvalidRequest("omnipd_conditioning", fmt.Sprintf("want {\"key\": a non-empty string, \"layer\": 1..%d}", s.eng.Model().Config.NumLayers))
+		}
+		g.conditioning = &c
+	}
 	return nil
 }
 
@@ -148,6 +164,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		return err
 	}
 	req := &engine.Request{ID: id, Prompt: g.prompt, Params: g.params}
+	if g.conditioning != nil {
+		req.CaptureLayer = g.conditioning.Layer
+	}
 	importStarted := false
 	if plan != nil && plan.export {
 		req.Export = s.kv.exporter(plan)
@@ -214,7 +233,19 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		TotalTokens:         last.PromptTokens + last.CompletionTokens,
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: last.CachedTokens},
 	}
-	return out.finish(last.Text, last.FinishReason, usage, s.kv.responseParams(plan, id), tokens)
+	var handle any
+	if g.conditioning != nil && last.Capture != nil {
+		st := &stageconn.Stash{
+			Embed: last.Capture.Embeddings, Hidden: last.Capture.Hidden,
+			TTSPad: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[2]),
+			TokenIDs: append(append([]int(nil), g.prompt...), tokens...), PromptTokenIDs: g.prompt,
+		}
+		if err := s.stashes.Put(g.conditioning.Key, st); err != nil {
+			return openai.InvalidRequest("omnipd_conditioning", err.Error())
+		}
+		handle = map[string]any{"key": g.conditioning.Key, "rows": len(st.Embed)}
+	}
+	return out.finish(last.Text, last.FinishReason, usage, s.kv.responseParams(plan, id), tokens, handle)
 }
 
 // responder writes one request's answer, streamed or whole.
@@ -274,7 +305,7 @@ func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage)
 	_ = o.sse.WriteEvent(v)
 }
 
-func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any, tokens []int) error {
+func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any, tokens []int, conditioning any) error {
 	if o.sse != nil {
 		o.writeChunk(text, &reason, nil)
 		if o.g.includeUsage {
@@ -294,8 +325,9 @@ func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any
 			Choices: []openai.CompletionChoice{{Index: 0, Text: full, FinishReason: reason}},
 			Usage:   usage, KVTransferParams: kvParams}
 	}
-	if o.g.returnTokenIDs {
-		// vLLM's return_token_ids: the choice carries the generated ids.
+	if o.g.returnTokenIDs || conditioning != nil {
+		// vLLM's return_token_ids: the choice carries the generated ids;
+		// omnipd's conditioning handle rides at the top level.
 		raw, err := json.Marshal(body)
 		if err != nil {
 			return err
@@ -304,7 +336,12 @@ func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return err
 		}
-		m["choices"].([]any)[0].(map[string]any)["token_ids"] = tokens
+		if o.g.returnTokenIDs {
+			m["choices"].([]any)[0].(map[string]any)["token_ids"] = tokens
+		}
+		if conditioning != nil {
+			m["omnipd_conditioning"] = conditioning
+		}
 		body = m
 	}
 	writeJSON(o.w, http.StatusOK, body)

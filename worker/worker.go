@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageconn"
 )
 
 // Config configures a worker. Engine is required.
@@ -34,6 +36,12 @@ type Config struct {
 	Secret string
 	// MaxBodyBytes bounds request bodies (default 16 MiB).
 	MaxBodyBytes int64
+	// TTSTokenIDs are the pad, bos and eos tokens whose embeddings a
+	// conditioning stash carries (default: the vocabulary's last three ids;
+	// Qwen3-Omni's are 151671, 151672, 151673).
+	TTSTokenIDs [3]int
+	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
+	StashTTL time.Duration
 	Logger       *slog.Logger
 }
 
@@ -42,6 +50,7 @@ type Server struct {
 	cfg     Config
 	eng     *engine.Engine
 	kv      *kvPath
+	stashes *stageconn.Store
 	metrics *metrics.Worker
 	mux     *http.ServeMux
 	log     *slog.Logger
@@ -72,12 +81,24 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux()}
+	if cfg.TTSTokenIDs == [3]int{} {
+		v := cfg.Engine.Model().Config.VocabSize
+		cfg.TTSTokenIDs = [3]int{v - 3, v - 2, v - 1}
+	}
+	for _, id := range cfg.TTSTokenIDs {
+		if id < 0 || id >= cfg.Engine.Model().Config.VocabSize {
+			return nil, fmt.Errorf("worker: TTS token id %d is outside the vocabulary", id)
+		}
+	}
+	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux(),
+		stashes: stageconn.NewStore(stageconn.Config{TTL: cfg.StashTTL, Secret: cfg.Secret})}
 	var leases metrics.KVLeaseStats
 	if kv != nil {
 		leases = kv
 	}
 	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
+	s.metrics.WatchStashes(s.stashes.Len)
+	s.mux.Handle(stageconn.Path+"{key}", s.stashes.Handler())
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
 	s.mux.HandleFunc("POST /tokenize", s.handle(s.tokenize))

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -22,6 +24,7 @@ import (
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/stageconn"
 )
 
 var (
@@ -356,4 +359,74 @@ func newServer(t *testing.T, h http.Handler) string {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return hs.URL
+}
+
+// The conditioning a prefill worker and a decode worker stash for one
+// request, merged, is row for row and bit for bit what one colocated worker
+// stashes; fetching frees every stash.
+func TestConditioningMergeEqualsColocated(t *testing.T) {
+	colocated := newTestWorker(t, kvConfig("kv_both", "both-0", HandshakePull))
+	prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
+	decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", HandshakePull))
+	rng := rand.New(rand.NewPCG(21, 22))
+	for i, n := range []int{1, 2, 16, 17, 40} {
+		prompt := make([]int, n)
+		for j := range prompt {
+			prompt[j] = rng.IntN(256)
+		}
+		b := body(prompt, 6, 0.7, int64(i))
+		id := fmt.Sprintf("cond-%d", i)
+		cb := maps.Clone(b)
+		cb["omnipd_conditioning"] = map[string]any{"key": id + "/colocated", "layer": 2}
+		if _, _, err := post(context.Background(), colocated.url, id, cb); err != nil {
+			t.Fatal(err)
+		}
+		pb := maps.Clone(b)
+		pb["omnipd_conditioning"] = map[string]any{"key": id + "/prefill", "layer": 2}
+		db := maps.Clone(b)
+		db["omnipd_conditioning"] = map[string]any{"key": id + "/decode", "layer": 2}
+		if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pb, db); err != nil {
+			t.Fatal(err)
+		}
+		want, err := stageconn.Fetch(context.Background(), nil, colocated.url, id+"/colocated", "s3cret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := stageconn.Fetch(context.Background(), nil, prefill.url, id+"/prefill", "s3cret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := stageconn.Fetch(context.Background(), nil, decode.url, id+"/decode", "s3cret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := stageconn.Merge(p, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Embed, want.Embed) || !reflect.DeepEqual(got.Hidden, want.Hidden) {
+			t.Errorf("prompt of %d: merged %d rows differ from the colocated %d rows", n, len(got.Hidden), len(want.Hidden))
+		}
+		if !reflect.DeepEqual(got.TokenIDs, want.TokenIDs) || !reflect.DeepEqual(got.TTSBos, want.TTSBos) {
+			t.Errorf("prompt of %d: token ids or TTS embeddings differ", n)
+		}
+	}
+	for name, w := range map[string]*testWorker{"colocated": colocated, "prefill": prefill, "decode": decode} {
+		if n := w.stashes.Len(); n != 0 {
+			t.Errorf("%s worker still holds %d stashes", name, n)
+		}
+	}
+}
+
+// prefillDecodeWith is a pull-handshake PD request with separate bodies.
+func prefillDecodeWith(ctx context.Context, prefill, decode *testWorker, id string, pre, dec map[string]any) (*completion, error) {
+	pre["max_tokens"] = 1
+	pre["ignore_eos"] = true
+	pre["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
+	p, _, err := post(ctx, prefill.url, id, pre)
+	if err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	dec["kv_transfer_params"] = p.KVTransferParams
+	return postOrErr(ctx, decode.url, id, dec, "decode")
 }

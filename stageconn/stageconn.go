@@ -1,0 +1,181 @@
+// Package stageconn owns the downstream data path of an omni pipeline: a
+// Thinker worker keeps the conditioning rows it computed for a request (the
+// layer-0 embeddings, one hidden layer, and the three TTS embeddings) in a
+// per-worker Store under a key, and the Talker fetches them from that worker
+// by key. Bulk tensors travel worker to worker in a compact binary form,
+// never as JSON through the orchestrator.
+//
+// A stash lives until it is fetched, dropped (the request ended or failed),
+// or its TTL runs out; Len is the gauge that shows none are left behind.
+package stageconn
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Stash is one request's conditioning as one Thinker worker computed it.
+type Stash struct {
+	// Embed and Hidden have one row per computed position.
+	Embed, Hidden [][]float32
+	// TTSPad, TTSBos, TTSEos are the word embeddings of the TTS special tokens.
+	TTSPad, TTSBos, TTSEos []float32
+	// TokenIDs are the tokens the rows belong to; PromptTokenIDs the prompt.
+	TokenIDs, PromptTokenIDs []int
+}
+
+// Errors of the store.
+var (
+	ErrNotFound = errors.New("stageconn: no such stash (never stashed, already fetched, dropped or expired)")
+	ErrExists   = errors.New("stageconn: key already stashed")
+	ErrAuth     = errors.New("stageconn: unauthorized")
+)
+
+// Config configures a Store. The zero value works.
+type Config struct {
+	// TTL bounds how long a stash waits to be fetched (default 60 s).
+	TTL time.Duration
+	// Secret, when set, is required as "Authorization: Bearer <secret>" on
+	// every fetch or drop over HTTP: only the deployment may read tensors.
+	Secret string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Store holds stashes by key. Safe for concurrent use.
+type Store struct {
+	cfg     Config
+	mu      sync.Mutex
+	entries map[string]entry
+}
+
+type entry struct {
+	stash   *Stash
+	expires time.Time
+}
+
+// NewStore makes a store.
+func NewStore(cfg Config) *Store {
+	if cfg.TTL <= 0 {
+		cfg.TTL = 60 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{cfg: cfg, entries: map[string]entry{}}
+}
+
+// Put stashes st under key.
+func (s *Store) Put(key string, st *Stash) error {
+	if key == "" || len(key) > 256 {
+		return fmt.Errorf("stageconn: invalid key %q", key)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+	if _, ok := s.entries[key]; ok {
+		return fmt.Errorf("%w: %q", ErrExists, key)
+	}
+	s.entries[key] = entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	return nil
+}
+
+// Take removes and returns the stash under key.
+func (s *Store) Take(key string) (*Stash, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+	e, ok := s.entries[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	delete(s.entries, key)
+	return e.stash, nil
+}
+
+// Drop frees the stash under key; false when there was none.
+func (s *Store) Drop(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.entries[key]
+	delete(s.entries, key)
+	return ok
+}
+
+// Sweep frees expired stashes and returns how many.
+func (s *Store) Sweep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sweepLocked()
+}
+
+func (s *Store) sweepLocked() int {
+	now := s.cfg.Now()
+	n := 0
+	for k, e := range s.entries {
+		if now.After(e.expires) {
+			delete(s.entries, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Len is the number of stashes held.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// Path is where a worker serves its store: GET fetches (and frees) a
+// stash, DELETE drops it.
+const Path = "/v1/omnipd/conditioning/"
+
+// Handler serves the store at Path. Mount it under Path.
+func (s *Store) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			http.Error(w, ErrAuth.Error(), http.StatusUnauthorized)
+			return
+		}
+		key := r.PathValue("key")
+		switch r.Method {
+		case http.MethodGet:
+			st, err := s.Take(key)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusNotFound)
+				return
+			}
+			body, err := Encode(st)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write(body)
+		case http.MethodDelete:
+			if !s.Drop(key) {
+				http.Error(w, ErrNotFound.Error(), http.StatusNotFound)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Allow", "GET, DELETE")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		}
+	})
+}
+
+func (s *Store) authorized(r *http.Request) bool {
+	if s.cfg.Secret == "" {
+		return true
+	}
+	want := "Bearer " + s.cfg.Secret
+	got := r.Header.Get("Authorization")
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}

@@ -42,7 +42,7 @@ type Config struct {
 	TTSTokenIDs [3]int
 	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
 	StashTTL time.Duration
-	Logger       *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Server is a running worker: an http.Handler plus its KV side channel.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/code2wav"
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/worker"
@@ -21,7 +22,7 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		host, modelDir, kvJSON, secret, name string
+		host, modelDir, kvJSON, secret, name, stage string
 		port                                 int
 		ecfg                                 engine.Config
 	)
@@ -40,6 +41,13 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 			if secret == "" {
 				secret = os.Getenv("OMNIPD_SECRET")
 			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if stage == "code2wav" {
+				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), log), log, "code2wav")
+			}
+			if stage != "thinker" {
+				return fmt.Errorf("--stage %q: want thinker or code2wav", stage)
+			}
 			kv, err := worker.ParseKVTransferConfig(kvJSON)
 			if err != nil {
 				return err
@@ -48,7 +56,6 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			ecfg.Logger = log
 			eng, err := engine.New(m, tok, ecfg)
 			if err != nil {
@@ -65,28 +72,12 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 				return err
 			}
 			defer srv.Close()
-			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-			if err != nil {
-				return fmt.Errorf("listen: %w", err)
-			}
-			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-			log.Info("worker listening", "addr", ln.Addr().String(), "kv_side_channel", srv.KVAddr(), "model", name)
-			errc := make(chan error, 1)
-			go func() { errc <- hs.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
-				shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
-				defer done()
-				if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-					return err
-				}
-				return nil
-			}
+			log.Info("thinker worker", "kv_side_channel", srv.KVAddr(), "model", name)
+			return serveHandler(ctx, host, port, srv, log, "thinker")
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&stage, "stage", "thinker", "which stage to serve: thinker (vLLM's API) or code2wav (omnipd's stage API)")
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&port, "port", 8100, "port to listen on")
 	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")
@@ -98,6 +89,29 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
 	return cmd
+}
+
+// serveHandler serves h until ctx ends, then drains for up to 10 s.
+func serveHandler(ctx context.Context, host string, port int, h http.Handler, log *slog.Logger, stage string) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("worker listening", "addr", ln.Addr().String(), "stage", stage)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
+		defer done()
+		if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return nil
+	}
 }
 
 // loadModel loads a checkpoint directory, or the built-in model when dir is empty.

@@ -1,0 +1,379 @@
+package talker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// ErrInvalidParams is wrapped by errors about malformed Params.
+var ErrInvalidParams = errors.New("talker: invalid params")
+
+// Params are a request's sampling parameters; they apply to all 16
+// codebooks. The zero value is greedy with the model's default frame limit.
+type Params struct {
+	// Temperature 0 is greedy: the argmax, lowest id on ties.
+	Temperature float64
+	// TopK > 0 samples among the K most likely ids only (ties broken by
+	// lower id); 0 means all.
+	TopK int
+	// Seed makes sampling reproducible: frames then depend only on the
+	// conditioning, the params and the seed. Without it a sampled request
+	// draws a random seed, as vLLM does.
+	Seed *int64
+	// MaxFrames caps the frames emitted; 0 means Config.DefaultMaxFrames.
+	MaxFrames int
+}
+
+func (p Params) validate() error {
+	switch {
+	case math.IsNaN(p.Temperature) || math.IsInf(p.Temperature, 0) || p.Temperature < 0:
+		return fmt.Errorf("%w: temperature must be finite and >= 0, got %v", ErrInvalidParams, p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("%w: top_k must be >= 0, got %d", ErrInvalidParams, p.TopK)
+	case p.MaxFrames < 0:
+		return fmt.Errorf("%w: max_frames must be >= 0, got %d", ErrInvalidParams, p.MaxFrames)
+	}
+	return nil
+}
+
+// Generate runs the Talker on c and calls emit with each codec frame (16
+// ids in 0..CodebookSize-1; emit must not keep the slice past the call)
+// until the first codebook is StopCode, MaxFrames frames were emitted, or
+// emit returns false. The stop code's frame is not emitted.
+//
+// Step 0 reads the Talker's hidden state after the prompt. Each later
+// step's input is the sum of the previous frame's 16 codebook embeddings
+// plus one text row: the next trailing reply row, then tts_eos, then
+// tts_pad for as long as the Talker keeps speaking — the real Talker's
+// non-streaming (async_chunk: false) decode.
+func (m *Model) Generate(c *Conditioning, s Segmenter, p Params, emit func(frame []int) bool) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	pl, err := m.check(c, s)
+	if err != nil {
+		return err
+	}
+	pr := m.buildPrompt(c, pl, s.Multimodal)
+	maxFrames := p.MaxFrames
+	if maxFrames == 0 {
+		maxFrames = m.Config.DefaultMaxFrames
+	}
+	var rng *rand.Rand
+	if p.Temperature > 0 {
+		seed := rand.Uint64()
+		if p.Seed != nil {
+			seed = uint64(*p.Seed)
+		}
+		rng = rand.New(rand.NewPCG(seed, seed^0x5deece66d))
+	}
+	st := m.newState(len(pr.rows) + maxFrames)
+	var hid []float32
+	for _, row := range pr.rows {
+		hid = st.forward(row)
+	}
+	smp := sampler{p: p, rng: rng}
+	frame := make([]int, Codebooks)
+	h := m.Config.Hidden
+	in := make([]float32, h)
+	padInputs := 0 // steps whose text input was tts_pad, counting the current one
+	for step := 0; step < maxFrames; step++ {
+		forceStop := m.Config.TailFrames >= 0 && padInputs > m.Config.TailFrames
+		frame[0] = m.firstCode(&smp, hid, forceStop)
+		if frame[0] == StopCode {
+			return nil
+		}
+		m.predict(&smp, hid, frame)
+		if !emit(frame) {
+			return nil
+		}
+		if step+1 == maxFrames {
+			return nil // the next input would be computed for nothing
+		}
+		copy(in, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
+		for j := 1; j < Codebooks; j++ {
+			add(in, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
+		}
+		if step < len(pr.trailing) {
+			add(in, pr.trailing[step])
+		} else {
+			add(in, pr.pad)
+			padInputs++
+		}
+		hid = st.forward(in)
+	}
+	return nil
+}
+
+// firstCode picks the first codebook id from the final hidden state. Only
+// codes and the stop code are allowed; the other specials (pad, bos, think
+// markers) are inputs, never outputs. forceStop is the reference stand-in
+// for the learned end of speech (see Config.TailFrames).
+func (m *Model) firstCode(smp *sampler, hid []float32, forceStop bool) int {
+	if forceStop {
+		return StopCode
+	}
+	h := m.Config.Hidden
+	x := make([]float32, h)
+	rmsNorm(x, hid, m.norm, m.Config.RMSNormEps)
+	logits := make([]float32, CodebookSize+1) // codes, then the stop code
+	matVec(logits[:CodebookSize], m.codecHead[:CodebookSize*h], x)
+	logits[CodebookSize] = dot(m.codecHead[StopCode*h:(StopCode+1)*h], x)
+	id := smp.sample(logits)
+	if id == CodebookSize {
+		return StopCode
+	}
+	return id
+}
+
+// predict fills frame[1:] with the multi-token head: a recurrence that
+// starts from the step's hidden state and folds in each chosen id's
+// embedding before predicting the next codebook, so every codebook is
+// conditioned on the hidden state and all codebooks before it — the shape
+// of the real code predictor, without its transformer.
+func (m *Model) predict(smp *sampler, hid []float32, frame []int) {
+	h := m.Config.Hidden
+	s := slices.Clone(hid)
+	logits := make([]float32, CodebookSize)
+	add(s, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
+	for j := 1; j < Codebooks; j++ {
+		x := make([]float32, h)
+		rmsNorm(x, s, m.predNorm, m.Config.RMSNormEps)
+		matVec(logits, m.predHead[j-1], x)
+		frame[j] = smp.sample(logits)
+		copy(s, x)
+		add(s, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
+	}
+}
+
+// sampler draws ids from logits: greedy at temperature 0, else from the
+// softmax at that temperature over the top K, with one PCG per request so
+// a seed reproduces the frames.
+type sampler struct {
+	p   Params
+	rng *rand.Rand
+	idx []int
+}
+
+func (s *sampler) sample(logits []float32) int {
+	if s.p.Temperature == 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	s.idx = s.idx[:0]
+	for i := range logits {
+		s.idx = append(s.idx, i)
+	}
+	if k := s.p.TopK; k > 0 && k < len(logits) {
+		slices.SortFunc(s.idx, func(a, b int) int {
+			switch {
+			case logits[a] > logits[b]:
+				return -1
+			case logits[a] < logits[b]:
+				return 1
+			}
+			return a - b
+		})
+		s.idx = s.idx[:k]
+	}
+	mx := logits[s.idx[0]]
+	for _, i := range s.idx {
+		mx = max(mx, logits[i])
+	}
+	w := make([]float64, len(s.idx))
+	var sum float64
+	for n, i := range s.idx {
+		w[n] = math.Exp(float64(logits[i]-mx) / s.p.Temperature)
+		sum += w[n]
+	}
+	u := s.rng.Float64() * sum
+	for n, i := range s.idx {
+		u -= w[n]
+		if u < 0 {
+			return i
+		}
+	}
+	return s.idx[len(s.idx)-1] // u rounded to exactly sum
+}
+
+// state is one request's decoder state: the keys and values of every
+// position so far, per layer.
+type state struct {
+	m      *Model
+	pos    int
+	k, v   [][]float32 // [layer][pos*heads*headDim]
+	x, nrm []float32
+	q, att []float32
+	gate   []float32
+	up     []float32
+	tmp    []float32
+	scores []float32
+}
+
+func (m *Model) newState(capacity int) *state {
+	c := m.Config
+	qd := c.Heads * c.HeadDim
+	st := &state{
+		m: m, k: make([][]float32, c.Layers), v: make([][]float32, c.Layers),
+		x: make([]float32, c.Hidden), nrm: make([]float32, c.Hidden), tmp: make([]float32, c.Hidden),
+		q: make([]float32, qd), att: make([]float32, qd),
+		gate: make([]float32, c.Intermediate), up: make([]float32, c.Intermediate),
+	}
+	for l := range st.k {
+		st.k[l] = make([]float32, 0, capacity*qd)
+		st.v[l] = make([]float32, 0, capacity*qd)
+	}
+	return st
+}
+
+// forward appends one input row at the next position and returns the last
+// layer's output there (before the final norm). The returned slice is
+// reused by the next call.
+func (st *state) forward(in []float32) []float32 {
+	m, c := st.m, st.m.Config
+	qd, hd := c.Heads*c.HeadDim, c.HeadDim
+	copy(st.x, in)
+	for l := range m.layers {
+		w := &m.layers[l]
+		rmsNorm(st.nrm, st.x, w.inNorm, c.RMSNormEps)
+		k := make([]float32, qd)
+		v := make([]float32, qd)
+		matVec(st.q, w.q, st.nrm)
+		matVec(k, w.k, st.nrm)
+		matVec(v, w.v, st.nrm)
+		for hh := range c.Heads {
+			st.rope(st.q[hh*hd : (hh+1)*hd])
+			st.rope(k[hh*hd : (hh+1)*hd])
+		}
+		st.k[l] = append(st.k[l], k...)
+		st.v[l] = append(st.v[l], v...)
+		n := st.pos + 1
+		st.scores = slices.Grow(st.scores[:0], n)[:n]
+		inv := float32(1 / math.Sqrt(float64(hd)))
+		for hh := range c.Heads {
+			q := st.q[hh*hd : (hh+1)*hd]
+			for t := range n {
+				st.scores[t] = float32(dot(q, st.k[l][t*qd+hh*hd:t*qd+(hh+1)*hd]) * inv)
+			}
+			softmax(st.scores)
+			out := st.att[hh*hd : (hh+1)*hd]
+			clear(out)
+			for t := range n {
+				axpy(out, st.scores[t], st.v[l][t*qd+hh*hd:t*qd+(hh+1)*hd])
+			}
+		}
+		matVec(st.tmp, w.o, st.att)
+		add(st.x, st.tmp)
+		rmsNorm(st.nrm, st.x, w.postNorm, c.RMSNormEps)
+		matVec(st.gate, w.gate, st.nrm)
+		matVec(st.up, w.up, st.nrm)
+		for i, g := range st.gate {
+			st.gate[i] = float32(silu(g) * st.up[i])
+		}
+		matVec(st.tmp, w.down, st.gate)
+		add(st.x, st.tmp)
+	}
+	st.pos++
+	return st.x
+}
+
+// rope rotates one head by the current position's angles (rotate_half
+// pairing, as in Qwen).
+func (st *state) rope(x []float32) {
+	half := len(st.m.invFreq)
+	for i, f := range st.m.invFreq {
+		ang := float64(st.pos) * f
+		c, s := float32(math.Cos(ang)), float32(math.Sin(ang))
+		a, b := x[i], x[i+half]
+		x[i] = float32(a*c) - float32(b*s)
+		x[i+half] = float32(b*c) + float32(a*s)
+	}
+}
+
+// dot is the one reduction every product goes through; four accumulators
+// in a fixed order keep results identical across runs and architectures.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += float32(a[i] * b[i])
+		s1 += float32(a[i+1] * b[i+1])
+		s2 += float32(a[i+2] * b[i+2])
+		s3 += float32(a[i+3] * b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += float32(a[i] * b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// matVec sets out = W·x for W row-major [len(out)][len(x)].
+func matVec(out, w, x []float32) {
+	in := len(x)
+	w = w[:len(out)*in]
+	for r := range out {
+		out[r] = dot(w[r*in:(r+1)*in], x)
+	}
+}
+
+func axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += float32(a * x[i])
+	}
+}
+
+func add(y, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += x[i]
+	}
+}
+
+func scale(y []float32, a float32) {
+	for i := range y {
+		y[i] = float32(y[i] * a)
+	}
+}
+
+// rmsNorm sets out = x / sqrt(mean(x²) + eps) · w, accumulating in float64.
+func rmsNorm(out, x, w []float32, eps float64) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
+	for i, v := range x {
+		out[i] = float32(v*inv) * w[i]
+	}
+}
+
+func softmax(x []float32) {
+	mx := x[0]
+	for _, v := range x[1:] {
+		mx = max(mx, v)
+	}
+	var sum float32
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - mx)))
+		x[i] = e
+		sum += e
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+func silu(x float32) float32 {
+	v := float64(x)
+	return float32(v / (1 + math.Exp(-v)))
+}

@@ -23,8 +23,8 @@ import (
 func newWorkerCmd() *cobra.Command {
 	var (
 		host, modelDir, kvJSON, secret, name, stage string
-		port                                 int
-		ecfg                                 engine.Config
+		port                                        int
+		ecfg                                        engine.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",

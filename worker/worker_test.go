@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -22,7 +23,9 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/code2wav"
 	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/stageconn"
 )
@@ -429,4 +432,100 @@ func prefillDecodeWith(ctx context.Context, prefill, decode *testWorker, id stri
 	}
 	dec["kv_transfer_params"] = p.KVTransferParams
 	return postOrErr(ctx, decode.url, id, dec, "decode")
+}
+
+// readFrames reads a Talker stream.
+func readFrames(t *testing.T, url string, req TalkerRequest) [][]int {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	resp, err := http.Post(url+"/v1/omnipd/talker", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("talker: HTTP %d %s", resp.StatusCode, raw)
+	}
+	var frames [][]int
+	sc := bufio.NewScanner(resp.Body)
+	done := false
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev TalkerEvent
+		if err := json.Unmarshal([]byte(data), &ev); err != nil || ev.Error != "" {
+			t.Fatalf("talker event %s", data)
+		}
+		if ev.Done {
+			done = ev.Frames == len(frames)
+			continue
+		}
+		frames = append(frames, ev.Frame)
+	}
+	if !done {
+		t.Fatal("talker stream ended without its done event")
+	}
+	return frames
+}
+
+// PD audio equals colocated audio: the Talker fed the merged conditioning of
+// a prefill and a decode worker emits the frames it emits for one colocated
+// Thinker, and Code2Wav turns them into the same samples — greedy and seeded.
+func TestPDAudioEqualsColocatedAtTheStages(t *testing.T) {
+	colocated := newTestWorker(t, kvConfig("kv_both", "both-0", HandshakePull))
+	prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
+	decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", HandshakePull))
+	tk := httptest.NewServer(NewTalker(talker.Default(), talker.DefaultSegmenter(), "s3cret", slog.New(slog.DiscardHandler)))
+	defer tk.Close()
+	c2w := code2wav.Default()
+	for i, content := range []string{"Hello!", "Tell me a story about omni models.", strings.Repeat("long ", 12)} {
+		prompt := testTokenizer.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: content}}, true)
+		for _, seed := range []*int64{nil, new(int64(40 + i))} {
+			temp := 0.0
+			if seed != nil {
+				temp = 0.8
+			}
+			id := fmt.Sprintf("audio-%d-%v", i, seed != nil)
+			b := body(prompt, 8, temp, int64(i))
+			cb := maps.Clone(b)
+			cb["omnipd_conditioning"] = map[string]any{"key": id + "/thinker", "layer": 2}
+			if _, _, err := post(context.Background(), colocated.url, id, cb); err != nil {
+				t.Fatal(err)
+			}
+			pb, db := maps.Clone(b), maps.Clone(b)
+			pb["omnipd_conditioning"] = map[string]any{"key": id + "/prefill", "layer": 2}
+			db["omnipd_conditioning"] = map[string]any{"key": id + "/decode", "layer": 2}
+			if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pb, db); err != nil {
+				t.Fatal(err)
+			}
+			talk := TalkerRequest{Temperature: temp, TopK: 50, Seed: seed}
+			if seed == nil {
+				talk.TopK = 0
+			}
+			want := talk
+			want.Conditioning = []ConditioningHandle{{URL: colocated.url, Key: id + "/thinker"}}
+			got := talk
+			got.Conditioning = []ConditioningHandle{{URL: prefill.url, Key: id + "/prefill"}, {URL: decode.url, Key: id + "/decode"}}
+			wantFrames, gotFrames := readFrames(t, tk.URL, want), readFrames(t, tk.URL, got)
+			if len(wantFrames) == 0 || !slices.EqualFunc(gotFrames, wantFrames, slices.Equal) {
+				t.Fatalf("%q: PD frames (%d) differ from colocated frames (%d)", content, len(gotFrames), len(wantFrames))
+			}
+			wa, err := c2w.Decode(wantFrames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ga, _ := c2w.Decode(gotFrames)
+			if !slices.Equal(ga, wa) {
+				t.Errorf("%q: PD audio differs from colocated audio", content)
+			}
+		}
+	}
+	for name, w := range map[string]*testWorker{"colocated": colocated, "prefill": prefill, "decode": decode} {
+		if n := w.stashes.Len(); n != 0 {
+			t.Errorf("%s worker holds %d stashes after the Talker fetched them", name, n)
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/code2wav"
 	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/worker"
 	"github.com/spf13/cobra"
@@ -42,11 +43,14 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 				secret = os.Getenv("OMNIPD_SECRET")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			if stage == "code2wav" {
-				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), log), log, "code2wav")
-			}
-			if stage != "thinker" {
-				return fmt.Errorf("--stage %q: want thinker or code2wav", stage)
+			switch stage {
+			case "code2wav":
+				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), log), log, stage)
+			case "talker":
+				return serveHandler(cmd.Context(), host, port, worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, log), log, stage)
+			case "thinker":
+			default:
+				return fmt.Errorf("--stage %q: want thinker, talker or code2wav", stage)
 			}
 			kv, err := worker.ParseKVTransferConfig(kvJSON)
 			if err != nil {
@@ -77,7 +81,7 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&stage, "stage", "thinker", "which stage to serve: thinker (vLLM's API) or code2wav (omnipd's stage API)")
+	f.StringVar(&stage, "stage", "thinker", "which stage to serve: thinker (vLLM's API), talker or code2wav (omnipd's stage API, docs/stage-api.md)")
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&port, "port", 8100, "port to listen on")
 	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")

@@ -1,0 +1,129 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/omnipd/omnipd/engine/talker"
+	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageconn"
+)
+
+// ConditioningHandle names a stash on a Thinker worker.
+type ConditioningHandle struct {
+	URL string `json:"url"` // the Thinker worker's base URL
+	Key string `json:"key"`
+}
+
+// TalkerRequest is the body of POST /v1/omnipd/talker. Conditioning holds
+// one handle (a colocated Thinker) or two (the prefill's, then the
+// decode's, merged without the duplicate row).
+type TalkerRequest struct {
+	Conditioning []ConditioningHandle `json:"conditioning"`
+	Temperature  float64              `json:"temperature"`
+	TopK         int                  `json:"top_k"`
+	Seed         *int64               `json:"seed"`
+	MaxFrames    int                  `json:"max_frames"`
+}
+
+// TalkerEvent is one SSE event of the Talker stream: a frame (16 codebook
+// ids), or the end with the number of frames.
+type TalkerEvent struct {
+	Frame  []int  `json:"frame,omitempty"`
+	Done   bool   `json:"done,omitempty"`
+	Frames int    `json:"frames,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// TalkerServer serves a Talker stage: it fetches the Thinker's conditioning
+// straight from the Thinker workers and streams codec frames.
+type TalkerServer struct {
+	model  *talker.Model
+	seg    talker.Segmenter
+	secret string
+	client *http.Client
+	mux    *http.ServeMux
+	log    *slog.Logger
+}
+
+// NewTalker builds a Talker stage worker. secret is the deployment's, used
+// to fetch conditioning.
+func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.Logger) *TalkerServer {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &TalkerServer{model: m, seg: seg, secret: secret, client: &http.Client{Timeout: 60 * time.Second}, mux: http.NewServeMux(), log: log}
+	s.mux.HandleFunc("POST /v1/omnipd/talker", s.generate)
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return s
+}
+
+func (s *TalkerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
+	var req TalkerRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		_ = openai.WriteError(w, openai.InvalidRequest("", "invalid JSON: "+err.Error()))
+		return
+	}
+	if n := len(req.Conditioning); n != 1 && n != 2 {
+		_ = openai.WriteError(w, openai.InvalidRequest("conditioning", "give one handle (colocated Thinker) or two (prefill, then decode)"))
+		return
+	}
+	c, err := s.fetch(r.Context(), req.Conditioning)
+	if err != nil {
+		status := http.StatusBadGateway
+		if errors.Is(err, stageconn.ErrNotFound) {
+			status = http.StatusNotFound
+		}
+		_ = openai.WriteError(w, openai.Upstream(status, "conditioning_unavailable", err.Error()))
+		return
+	}
+	params := talker.Params{Temperature: req.Temperature, TopK: req.TopK, Seed: req.Seed, MaxFrames: req.MaxFrames}
+	sse := openai.NewSSEWriter(w)
+	frames := 0
+	err = s.model.Generate(c, s.seg, params, func(frame []int) bool {
+		frames++
+		return sse.WriteEvent(TalkerEvent{Frame: frame}) == nil && r.Context().Err() == nil
+	})
+	if err != nil {
+		_ = sse.WriteEvent(TalkerEvent{Error: err.Error()})
+	} else {
+		_ = sse.WriteEvent(TalkerEvent{Done: true, Frames: frames})
+	}
+	_ = sse.WriteDone()
+}
+
+// fetch takes the stashes from the Thinker workers (freeing them there)
+// and merges a prefill/decode pair.
+func (s *TalkerServer) fetch(ctx context.Context, handles []ConditioningHandle) (*talker.Conditioning, error) {
+	stashes := make([]*stageconn.Stash, len(handles))
+	var firstErr error
+	for i, h := range handles {
+		st, err := stageconn.Fetch(ctx, s.client, h.URL, h.Key, s.secret)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("conditioning %q from %s: %w", h.Key, h.URL, err)
+		}
+		stashes[i] = st
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	st := stashes[0]
+	if len(stashes) == 2 {
+		merged, err := stageconn.Merge(stashes[0], stashes[1])
+		if err != nil {
+			return nil, err
+		}
+		st = merged
+	}
+	return &talker.Conditioning{
+		Embed: st.Embed, Hidden: st.Hidden, TokenIDs: st.TokenIDs, PromptTokenIDs: st.PromptTokenIDs,
+		TTSPad: st.TTSPad, TTSBos: st.TTSBos, TTSEos: st.TTSEos,
+	}, nil
+}

@@ -23,6 +23,9 @@ func prefillBody(req *Request, params map[string]any) ([]byte, error) {
 		prefillSampling(&c.SamplingParams)
 		delete(c.Extra, "min_completion_tokens")
 		c.KVTransferParams = params
+		if req.keep != nil {
+			thinkerExtras(c, req.keep.prefillKey, req.keep.layer)
+		}
 		return marshal(c)
 	}
 	c := req.Completion.Clone()
@@ -52,6 +55,9 @@ func decodeBody(req *Request, params map[string]any) ([]byte, error) {
 	if req.Chat != nil {
 		c := req.Chat.Clone()
 		c.KVTransferParams = params
+		if req.keep != nil {
+			thinkerExtras(c, req.keep.thinkKey, req.keep.layer)
+		}
 		return marshal(c)
 	}
 	c := req.Completion.Clone()

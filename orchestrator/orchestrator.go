@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -138,8 +139,10 @@ type Config struct {
 	// attempt failed, instead of failing the request. Counted and logged.
 	FallbackLocal bool
 	Metrics       *metrics.Orchestrator
-	Logger        *slog.Logger
-	Now           func() time.Time
+	// Omni, when set, serves audio through the Talker and Code2Wav.
+	Omni   *Omni
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Orchestrator serves requests across the configured stages.
@@ -177,6 +180,10 @@ type Request struct {
 	// Exactly one of Chat and Completion is set.
 	Chat       *openai.ChatCompletionRequest
 	Completion *openai.CompletionRequest
+
+	// keep, on omni requests, says where the Thinker legs keep their
+	// conditioning for the Talker.
+	keep *conditioning
 }
 
 func (r *Request) path() string {
@@ -193,13 +200,36 @@ func (r *Request) streaming() bool {
 	return r.Completion.Stream != nil && *r.Completion.Stream
 }
 
-// Result is the decode's answer: a whole body, or a stream to relay.
+// Result is the answer: a whole body, or a stream of SSE events to relay.
 type Result struct {
 	Path   string
 	Body   []byte
 	Stream *stageclient.Stream
+	// events and eventErr carry an omni stream the orchestrator assembles.
+	events   <-chan json.RawMessage
+	eventErr <-chan error
 	// release must be called when the caller is done with the result.
 	release func()
+}
+
+// Streaming reports whether the result is a stream (read it with Next).
+func (r *Result) Streaming() bool { return r.Stream != nil || r.events != nil }
+
+// Next returns the next SSE event of a streaming result; io.EOF at the end.
+func (r *Result) Next() (json.RawMessage, error) {
+	if r.Stream != nil {
+		return r.Stream.Next()
+	}
+	ev, ok := <-r.events
+	if ok {
+		return ev, nil
+	}
+	select {
+	case err := <-r.eventErr:
+		return nil, err
+	default:
+		return nil, io.EOF
+	}
 }
 
 // Close releases what the result holds (the upstream stream, the
@@ -217,6 +247,16 @@ func (r *Result) Close() {
 // Do serves req. The caller must Close the result.
 func (o *Orchestrator) Do(ctx context.Context, req *Request) (*Result, error) {
 	log := o.log.With("request_id", req.ID)
+	if o.cfg.Omni != nil && req.Chat != nil {
+		if _, wantAudio := modalities(req.Chat); wantAudio {
+			return o.omni(ctx, req, log)
+		}
+	}
+	return o.text(ctx, req, log)
+}
+
+// text serves the Thinker's part of a request.
+func (o *Orchestrator) text(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
 	if o.cfg.Contract == nil {
 		return o.decode(ctx, req, nil, PathColocated, log)
 	}
@@ -445,6 +485,9 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
 	defer cancel()
 	pid, _ := o.cfg.Contract.RequestIDs(h)
+	if req.keep != nil {
+		req.keep.setPrefill(in.Client.BaseURL())
+	}
 	o.track(o.cfg.Prefill, in, 1)
 	resp, err := in.Client.Post(ctx, req.path(), pid, body)
 	o.track(o.cfg.Prefill, in, -1)
@@ -494,6 +537,9 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	id := req.ID
 	if o.cfg.Contract != nil && path == PathDisaggregated {
 		_, id = o.cfg.Contract.RequestIDs(h)
+	}
+	if req.keep != nil {
+		req.keep.setThinker(in.Client.BaseURL())
 	}
 	o.track(o.cfg.Decode, in, 1)
 	release := func() { o.track(o.cfg.Decode, in, -1) }

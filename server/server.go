@@ -210,7 +210,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 	}
 	defer res.Close()
 	w.Header().Set("X-Omnipd-Pd-Path", res.Path)
-	if res.Stream == nil {
+	if !res.Streaming() {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, err := w.Write(res.Body)
@@ -225,7 +225,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 		}
 	}()
 	for {
-		ev, err := res.Stream.Next()
+		ev, err := res.Next()
 		if err == nil {
 			if events == 0 {
 				first = time.Since(start)

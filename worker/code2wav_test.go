@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/omnipd/omnipd/stageapi"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -30,17 +31,17 @@ func TestCode2WavStageChunksEqualWhole(t *testing.T) {
 		}
 	}
 	call := func(fs [][]int, ctx int) []float32 {
-		b, _ := json.Marshal(Code2WavRequest{Codes: FramesToWire(fs), NumFrames: len(fs), ContextFrames: ctx})
+		b, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(fs), NumFrames: len(fs), ContextFrames: ctx})
 		resp, err := http.Post(hs.URL+"/v1/omnipd/code2wav", "application/json", bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out Code2WavResponse
+		var out stageapi.Code2WavResponse
 		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
 			t.Fatalf("HTTP %d", resp.StatusCode)
 		}
-		s, err := DecodeSamples(out.Samples)
+		s, err := stageapi.DecodeSamples(out.Samples)
 		if err != nil || len(s) != out.NumSamples {
 			t.Fatalf("samples: %v", err)
 		}
@@ -94,11 +95,11 @@ func TestWireLayoutIsCodebookMajor(t *testing.T) {
 	for q := range 16 {
 		frames[0][q], frames[1][q] = q, 100+q
 	}
-	codes := FramesToWire(frames)
+	codes := stageapi.FramesToWire(frames)
 	if codes[0] != 0 || codes[1] != 100 || codes[2] != 1 || codes[3] != 101 {
 		t.Errorf("layout %v: want all frames' codebook 0, then codebook 1, ...", codes[:4])
 	}
-	back, err := FramesFromWire(codes, 2)
+	back, err := stageapi.FramesFromWire(codes, 2)
 	if err != nil || !slices.EqualFunc(back, frames, slices.Equal) {
 		t.Errorf("round trip %v %v", back, err)
 	}

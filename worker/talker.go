@@ -11,34 +11,9 @@ import (
 
 	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
 )
-
-// ConditioningHandle names a stash on a Thinker worker.
-type ConditioningHandle struct {
-	URL string `json:"url"` // the Thinker worker's base URL
-	Key string `json:"key"`
-}
-
-// TalkerRequest is the body of POST /v1/omnipd/talker. Conditioning holds
-// one handle (a colocated Thinker) or two (the prefill's, then the
-// decode's, merged without the duplicate row).
-type TalkerRequest struct {
-	Conditioning []ConditioningHandle `json:"conditioning"`
-	Temperature  float64              `json:"temperature"`
-	TopK         int                  `json:"top_k"`
-	Seed         *int64               `json:"seed"`
-	MaxFrames    int                  `json:"max_frames"`
-}
-
-// TalkerEvent is one SSE event of the Talker stream: a frame (16 codebook
-// ids), or the end with the number of frames.
-type TalkerEvent struct {
-	Frame  []int  `json:"frame,omitempty"`
-	Done   bool   `json:"done,omitempty"`
-	Frames int    `json:"frames,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
 
 // TalkerServer serves a Talker stage: it fetches the Thinker's conditioning
 // straight from the Thinker workers and streams codec frames.
@@ -58,7 +33,7 @@ func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.L
 		log = slog.Default()
 	}
 	s := &TalkerServer{model: m, seg: seg, secret: secret, client: &http.Client{Timeout: 60 * time.Second}, mux: http.NewServeMux(), log: log}
-	s.mux.HandleFunc("POST /v1/omnipd/talker", s.generate)
+	s.mux.HandleFunc("POST "+stageapi.TalkerPath, s.generate)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return s
 }
@@ -66,7 +41,7 @@ func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.L
 func (s *TalkerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
-	var req TalkerRequest
+	var req stageapi.TalkerRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
 		_ = openai.WriteError(w, openai.InvalidRequest("", "invalid JSON: "+err.Error()))
 		return
@@ -89,19 +64,19 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	frames := 0
 	err = s.model.Generate(c, s.seg, params, func(frame []int) bool {
 		frames++
-		return sse.WriteEvent(TalkerEvent{Frame: frame}) == nil && r.Context().Err() == nil
+		return sse.WriteEvent(stageapi.TalkerEvent{Frame: frame}) == nil && r.Context().Err() == nil
 	})
 	if err != nil {
-		_ = sse.WriteEvent(TalkerEvent{Error: err.Error()})
+		_ = sse.WriteEvent(stageapi.TalkerEvent{Error: err.Error()})
 	} else {
-		_ = sse.WriteEvent(TalkerEvent{Done: true, Frames: frames})
+		_ = sse.WriteEvent(stageapi.TalkerEvent{Done: true, Frames: frames})
 	}
 	_ = sse.WriteDone()
 }
 
 // fetch takes the stashes from the Thinker workers (freeing them there)
 // and merges a prefill/decode pair.
-func (s *TalkerServer) fetch(ctx context.Context, handles []ConditioningHandle) (*talker.Conditioning, error) {
+func (s *TalkerServer) fetch(ctx context.Context, handles []stageapi.ConditioningHandle) (*talker.Conditioning, error) {
 	stashes := make([]*stageconn.Stash, len(handles))
 	var firstErr error
 	for i, h := range handles {

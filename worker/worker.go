@@ -272,3 +272,6 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.eng.Model().Config.MaxPositionEmbeddings, "tokens": ids})
 	return nil
 }
+
+// Stashes is the number of conditioning stashes the worker holds.
+func (s *Server) Stashes() int { return s.stashes.Len() }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/omnipd/omnipd/stageapi"
 	"io"
 	"log/slog"
 	"maps"
@@ -435,7 +436,7 @@ func prefillDecodeWith(ctx context.Context, prefill, decode *testWorker, id stri
 }
 
 // readFrames reads a Talker stream.
-func readFrames(t *testing.T, url string, req TalkerRequest) [][]int {
+func readFrames(t *testing.T, url string, req stageapi.TalkerRequest) [][]int {
 	t.Helper()
 	b, _ := json.Marshal(req)
 	resp, err := http.Post(url+"/v1/omnipd/talker", "application/json", bytes.NewReader(b))
@@ -455,7 +456,7 @@ func readFrames(t *testing.T, url string, req TalkerRequest) [][]int {
 		if !ok || data == "[DONE]" {
 			continue
 		}
-		var ev TalkerEvent
+		var ev stageapi.TalkerEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil || ev.Error != "" {
 			t.Fatalf("talker event %s", data)
 		}
@@ -501,14 +502,14 @@ func TestPDAudioEqualsColocatedAtTheStages(t *testing.T) {
 			if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pb, db); err != nil {
 				t.Fatal(err)
 			}
-			talk := TalkerRequest{Temperature: temp, TopK: 50, Seed: seed}
+			talk := stageapi.TalkerRequest{Temperature: temp, TopK: 50, Seed: seed}
 			if seed == nil {
 				talk.TopK = 0
 			}
 			want := talk
-			want.Conditioning = []ConditioningHandle{{URL: colocated.url, Key: id + "/thinker"}}
+			want.Conditioning = []stageapi.ConditioningHandle{{URL: colocated.url, Key: id + "/thinker"}}
 			got := talk
-			got.Conditioning = []ConditioningHandle{{URL: prefill.url, Key: id + "/prefill"}, {URL: decode.url, Key: id + "/decode"}}
+			got.Conditioning = []stageapi.ConditioningHandle{{URL: prefill.url, Key: id + "/prefill"}, {URL: decode.url, Key: id + "/decode"}}
 			wantFrames, gotFrames := readFrames(t, tk.URL, want), readFrames(t, tk.URL, got)
 			if len(wantFrames) == 0 || !slices.EqualFunc(gotFrames, wantFrames, slices.Equal) {
 				t.Fatalf("%q: PD frames (%d) differ from colocated frames (%d)", content, len(gotFrames), len(wantFrames))

@@ -1,0 +1,367 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/omnipd/omnipd/audio"
+	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageapi"
+	"github.com/omnipd/omnipd/stageconn"
+)
+
+// Omni configures the stages after the Thinker: the Talker, fed the
+// Thinker's conditioning, and Code2Wav, fed codec frames in chunks.
+type Omni struct {
+	Talker, Code2Wav *Pool
+	// ConditioningLayer is the Thinker layer whose hidden states the Talker
+	// reads (Qwen3-Omni's accept_hidden_layer).
+	ConditioningLayer int
+	// Chunking is the codec chunking of streamed audio (the stage
+	// connector's initial_codec_chunk_frames, codec_chunk_frames,
+	// codec_left_context_frames).
+	Chunking audio.Chunker
+	// Secret lets the orchestrator release conditioning nobody will fetch.
+	Secret string
+	// Talker sampling defaults (the Talker stage's default_sampling_params).
+	Temperature float64
+	TopK        int
+	MaxFrames   int
+}
+
+// conditioning is where a request's Thinker rows are kept.
+type conditioning struct {
+	layer                int
+	prefillKey, thinkKey string
+
+	mu                   sync.Mutex
+	prefillURL, thinkURL string
+	fetched              bool
+}
+
+func (c *conditioning) setPrefill(url string) {
+	c.mu.Lock()
+	c.prefillURL = url
+	c.mu.Unlock()
+}
+
+func (c *conditioning) setThinker(url string) {
+	c.mu.Lock()
+	c.thinkURL = url
+	c.mu.Unlock()
+}
+
+// handles lists the stashes for the Talker: the prefill's then the
+// decode's, or the colocated Thinker's.
+func (c *conditioning) handles() []stageapi.ConditioningHandle {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var hs []stageapi.ConditioningHandle
+	if c.prefillURL != "" {
+		hs = append(hs, stageapi.ConditioningHandle{URL: c.prefillURL, Key: c.prefillKey})
+	}
+	return append(hs, stageapi.ConditioningHandle{URL: c.thinkURL, Key: c.thinkKey})
+}
+
+// thinkerExtras marks a Thinker leg to keep its conditioning, and removes
+// the omni fields a text engine has no use for.
+func thinkerExtras(c *openai.ChatCompletionRequest, key string, layer int) {
+	c.Modalities, c.Audio, c.Speaker = nil, nil, nil
+	if key == "" {
+		return
+	}
+	raw, _ := json.Marshal(map[string]any{"key": key, "layer": layer})
+	if c.Extra == nil {
+		c.Extra = map[string]json.RawMessage{}
+	}
+	c.Extra["omnipd_conditioning"] = raw
+}
+
+// Modalities the client asked for; both by default on an omni pipeline.
+func modalities(req *openai.ChatCompletionRequest) (text, audioOut bool) {
+	if len(req.Modalities) == 0 {
+		return true, true
+	}
+	return slices.Contains(req.Modalities, openai.ModalityText), slices.Contains(req.Modalities, openai.ModalityAudio)
+}
+
+// SupportedAudioFormats are the formats the pipeline encodes.
+func SupportedAudioFormats() []string { return audio.Formats() }
+
+// omni serves a chat request whose answer includes audio.
+func (o *Orchestrator) omni(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
+	om := o.cfg.Omni
+	format := "wav"
+	if req.Chat.Audio != nil && req.Chat.Audio.Format != "" {
+		format = req.Chat.Audio.Format
+	}
+	if !slices.Contains(audio.Formats(), format) {
+		return nil, openai.InvalidRequest("audio.format", fmt.Sprintf("audio.format %q is not supported; this pipeline encodes %s", format, strings.Join(audio.Formats(), ", ")))
+	}
+	cond := &conditioning{layer: om.ConditioningLayer, thinkKey: req.ID + "/thinker"}
+	if o.cfg.Contract != nil {
+		cond.prefillKey, cond.thinkKey = req.ID+"/prefill", req.ID+"/decode"
+	}
+	req.keep = cond
+	wantText, _ := modalities(req.Chat)
+	streaming := req.streaming()
+
+	res, err := o.text(ctx, req, log)
+	if err != nil {
+		o.releaseConditioning(cond, log)
+		return nil, err
+	}
+	if !streaming {
+		defer res.Close()
+		return o.omniWhole(ctx, req, res, cond, format, wantText, log)
+	}
+	return o.omniStream(ctx, req, res, cond, format, wantText, log), nil
+}
+
+// releaseConditioning drops stashes the Talker will not fetch.
+func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
+	c.mu.Lock()
+	fetched := c.fetched
+	c.mu.Unlock()
+	if fetched {
+		return
+	}
+	for _, h := range c.handles() {
+		if h.URL == "" {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stageconn.Release(ctx, nil, h.URL, h.Key, o.cfg.Omni.Secret); err != nil && !errors.Is(err, stageconn.ErrNotFound) {
+				log.Warn("could not release conditioning; it is freed at its TTL", "key", h.Key, "err", err)
+			}
+		}()
+	}
+}
+
+// talk runs the Talker on the request's conditioning and calls frame for
+// each codec frame.
+func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, frame func([]int) error) error {
+	om := o.cfg.Omni
+	in := om.Talker.pick(o.now(), nil)
+	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames}
+	raw, _ := json.Marshal(body)
+	c.mu.Lock()
+	c.fetched = true // the Talker fetches (and so frees) them, or they expire
+	c.mu.Unlock()
+	o.track(om.Talker, in, 1)
+	defer o.track(om.Talker, in, -1)
+	s, err := in.Client.Stream(ctx, stageapi.TalkerPath, req.ID, raw)
+	if err != nil {
+		return fmt.Errorf("talker: %w", err)
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("talker: %w", err)
+		}
+		var te stageapi.TalkerEvent
+		if err := json.Unmarshal(ev, &te); err != nil {
+			return fmt.Errorf("talker: %w", err)
+		}
+		switch {
+		case te.Error != "":
+			return fmt.Errorf("talker: %s", te.Error)
+		case te.Frame != nil:
+			if err := frame(te.Frame); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// vocode turns frames (the first context of them left context) into samples.
+func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int, context int) ([]float32, error) {
+	om := o.cfg.Omni
+	in := om.Code2Wav.pick(o.now(), nil)
+	raw, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(frames), NumFrames: len(frames), ContextFrames: context})
+	o.track(om.Code2Wav, in, 1)
+	resp, err := in.Client.Post(ctx, stageapi.Code2WavPath, req.ID, raw)
+	o.track(om.Code2Wav, in, -1)
+	if err != nil {
+		return nil, fmt.Errorf("code2wav: %w", err)
+	}
+	var out stageapi.Code2WavResponse
+	if err := json.Unmarshal(resp.Body, &out); err != nil {
+		return nil, fmt.Errorf("code2wav: %w", err)
+	}
+	return stageapi.DecodeSamples(out.Samples)
+}
+
+func newAudioID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "audio-" + hex.EncodeToString(b[:])
+}
+
+// omniWhole answers a non-streaming request: the text choice and the audio
+// choice, both index 0, as vllm-omni returns them.
+func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result, c *conditioning, format string, wantText bool, log *slog.Logger) (*Result, error) {
+	var resp map[string]json.RawMessage
+	if err := json.Unmarshal(res.Body, &resp); err != nil {
+		o.releaseConditioning(c, log)
+		return nil, &Error{Status: 502, Code: "decode_upstream_invalid", Msg: "the Thinker's response is not JSON", Cause: err}
+	}
+	var frames [][]int
+	if err := o.talk(ctx, req, c, func(f []int) error { frames = append(frames, f); return nil }); err != nil {
+		return nil, &Error{Status: 502, Code: "talker_failed", Msg: "the Talker stage failed", Cause: err}
+	}
+	samples, err := o.vocode(ctx, req, frames, 0)
+	if err != nil {
+		return nil, &Error{Status: 502, Code: "code2wav_failed", Msg: "the Code2Wav stage failed", Cause: err}
+	}
+	data, _ := audio.Encode(format, samples)
+	audioChoice := openai.ChatChoice{Index: 0, FinishReason: "stop", Message: openai.ResponseMessage{Role: "assistant", Audio: &openai.MessageAudio{
+		ID: newAudioID(), Data: base64.StdEncoding.EncodeToString(data), ExpiresAt: time.Now().Add(24 * time.Hour).Unix(),
+	}}}
+	var choices []json.RawMessage
+	if wantText {
+		var text []json.RawMessage
+		_ = json.Unmarshal(resp["choices"], &text)
+		choices = append(choices, text...)
+	}
+	ac, _ := json.Marshal(audioChoice)
+	choices = append(choices, ac)
+	resp["choices"], _ = json.Marshal(choices)
+	delete(resp, "omnipd_conditioning")
+	body, _ := json.Marshal(resp)
+	return &Result{Path: res.Path, Body: body}, nil
+}
+
+// omniStream relays the Thinker's text chunks (marked modality "text") as
+// they arrive, then streams audio in codec chunks, each a complete small
+// audio file; finish_reason comes once every modality is done. A Talker or
+// Code2Wav failure after the text ends the stream with an error event for
+// audio; the text already sent stands.
+func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result, c *conditioning, format string, wantText bool, log *slog.Logger) *Result {
+	out := &Result{Path: res.Path, release: res.release}
+	res.release = nil
+	events := make(chan json.RawMessage, 16)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(events)
+		defer res.Close()
+		send := func(v any) bool {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return false
+			}
+			select {
+			case events <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		var base map[string]any
+		finish := "stop"
+		for {
+			ev, err := res.Stream.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				o.releaseConditioning(c, log)
+				errc <- err
+				return
+			}
+			var chunk map[string]any
+			if json.Unmarshal(ev, &chunk) != nil {
+				continue
+			}
+			if base == nil {
+				base = map[string]any{"id": chunk["id"], "object": chunk["object"], "created": chunk["created"], "model": chunk["model"]}
+			}
+			if ch, ok := chunk["choices"].([]any); ok && len(ch) > 0 {
+				if c0, ok := ch[0].(map[string]any); ok && c0["finish_reason"] != nil {
+					finish, _ = c0["finish_reason"].(string)
+					c0["finish_reason"] = nil
+				}
+			}
+			chunk["modality"] = openai.ModalityText
+			if wantText && !send(chunk) {
+				o.releaseConditioning(c, log)
+				return
+			}
+		}
+		chunker := o.cfg.Omni.Chunking
+		first := true
+		emit := func(ch audio.Chunk) error {
+			samples, err := o.vocode(ctx, req, ch.Frames, ch.Context)
+			if err != nil {
+				return err
+			}
+			data, _ := audio.Encode(format, samples)
+			content := base64.StdEncoding.EncodeToString(data)
+			delta := map[string]any{"content": content}
+			if first {
+				delta["role"] = "assistant"
+				first = false
+			}
+			if !send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
+				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})) {
+				return ctx.Err()
+			}
+			return nil
+		}
+		err := o.talk(ctx, req, c, func(f []int) error {
+			for _, ch := range chunker.Push(f) {
+				if err := emit(ch); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			for _, ch := range chunker.Flush() {
+				if err = emit(ch); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			log.Error("audio failed after the text was sent", "err", err)
+			send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
+				"error": openai.Upstream(http.StatusBadGateway, "audio_failed", "the audio stages failed: "+err.Error()).Detail}))
+			return
+		}
+		send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}}))
+	}()
+	out.events = events
+	out.eventErr = errc
+	return out
+}
+
+func withBase(base, fields map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range fields {
+		out[k] = v
+	}
+	return out
+}

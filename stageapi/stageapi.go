@@ -1,0 +1,112 @@
+// Package stageapi holds the wire types of omnipd's stage API (see
+// docs/stage-api.md): what the orchestrator sends the Talker and Code2Wav
+// stages and what they answer. Both sides import it; it imports nothing of
+// ours, so the orchestrator stays free of the engines.
+package stageapi
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Codebooks is the number of codebook ids in one codec frame.
+const Codebooks = 16
+
+// Paths of the stage endpoints.
+const (
+	TalkerPath   = "/v1/omnipd/talker"
+	Code2WavPath = "/v1/omnipd/code2wav"
+)
+
+// ConditioningHandle names a stash on a Thinker worker.
+type ConditioningHandle struct {
+	URL string `json:"url"` // the Thinker worker's base URL
+	Key string `json:"key"`
+}
+
+// TalkerRequest is the body of POST /v1/omnipd/talker. Conditioning holds
+// one handle (a colocated Thinker) or two (the prefill's, then the
+// decode's, merged without the duplicate row).
+type TalkerRequest struct {
+	Conditioning []ConditioningHandle `json:"conditioning"`
+	Temperature  float64              `json:"temperature"`
+	TopK         int                  `json:"top_k"`
+	Seed         *int64               `json:"seed"`
+	MaxFrames    int                  `json:"max_frames"`
+}
+
+// TalkerEvent is one SSE event of the Talker stream: a frame (16 codebook
+// ids), or the end with the number of frames.
+type TalkerEvent struct {
+	Frame  []int  `json:"frame,omitempty"`
+	Done   bool   `json:"done,omitempty"`
+	Frames int    `json:"frames,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Code2WavRequest is the body of POST /v1/omnipd/code2wav: codec frames in
+// Qwen3-Omni's wire layout, frames [T,16] flattened codebook-major (all
+// frames' codebook 0, then all frames' codebook 1, ...), of which the first
+// ContextFrames are left context whose samples are not returned.
+type Code2WavRequest struct {
+	Codes         []int `json:"codes"`
+	NumFrames     int   `json:"num_frames"`
+	ContextFrames int   `json:"context_frames"`
+}
+
+// Code2WavResponse carries the audio: float32 little-endian samples,
+// base64, 24 kHz mono, exactly 1920 per new frame.
+type Code2WavResponse struct {
+	Samples    string `json:"samples_f32le"`
+	NumSamples int    `json:"num_samples"`
+}
+
+// FramesFromWire unflattens codebook-major codes into T frames of 16 ids.
+func FramesFromWire(codes []int, numFrames int) ([][]int, error) {
+	if numFrames < 0 || len(codes) != numFrames*Codebooks {
+		return nil, fmt.Errorf("%d codes for %d frames; want %d (16 per frame, codebook-major)", len(codes), numFrames, numFrames*Codebooks)
+	}
+	frames := make([][]int, numFrames)
+	for t := range frames {
+		frames[t] = make([]int, Codebooks)
+		for q := range Codebooks {
+			frames[t][q] = codes[q*numFrames+t]
+		}
+	}
+	return frames, nil
+}
+
+// FramesToWire flattens frames codebook-major.
+func FramesToWire(frames [][]int) []int {
+	codes := make([]int, len(frames)*Codebooks)
+	for t, f := range frames {
+		for q := range Codebooks {
+			codes[q*len(frames)+t] = f[q]
+		}
+	}
+	return codes
+}
+
+// EncodeSamples is the base64 of float32 little-endian samples.
+func EncodeSamples(samples []float32) string {
+	b := make([]byte, 4*len(samples))
+	for i, v := range samples {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// DecodeSamples reverses EncodeSamples.
+func DecodeSamples(s string) ([]float32, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b)%4 != 0 {
+		return nil, fmt.Errorf("samples are not base64 float32 little-endian")
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out, nil
+}

@@ -69,7 +69,7 @@ func TestServeAsTheREADMESays(t *testing.T) {
 		}
 	}
 	resp, err := http.Post("http://127.0.0.1:8000/v1/chat/completions", "application/json",
-		strings.NewReader(`{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":8}`))
+		strings.NewReader(`{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":8}`)) // text and audio, the omni default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestServeAsTheREADMESays(t *testing.T) {
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	if err := json.Unmarshal(body, &c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 {
+	if err := json.Unmarshal(body, &c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 2 {
 		t.Fatalf("chat request: %d %s", resp.StatusCode, body)
 	}
 	if resp.Header.Get("X-Omnipd-Pd-Path") != "disaggregated" || c.Usage.PromptTokensDetails.CachedTokens != c.Usage.PromptTokens-1 {
@@ -94,8 +94,8 @@ func TestServeAsTheREADMESays(t *testing.T) {
 	}
 
 	workers := regexp.MustCompile(`ready at (http://\S+)`).FindAllStringSubmatch(out.String(), -1)
-	if len(workers) != 2 {
-		t.Errorf("expected a prefill and a decode worker in the progress lines:\n%s", out.String())
+	if len(workers) != 4 {
+		t.Errorf("expected prefill, decode, Talker and Code2Wav workers in the progress lines:\n%s", out.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -102,11 +102,41 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}()
 
 	pools := map[topology.Role]*orchestrator.Pool{}
+	omniPools := map[string]*orchestrator.Pool{}
 	var contract kvconnector.Contract
 	for _, s := range doc.Stages {
-		if s.ModelStage != "thinker" {
-			fmt.Fprintf(o.out, "stage %d (%s): not served yet; omnipd serves the text output\n", s.ID, s.ModelStage)
+		if s.ModelStage == "talker" || s.ModelStage == "code2wav" {
+			pool := &orchestrator.Pool{Name: s.ModelStage}
+			for i, r := range s.Replicas {
+				url := r.Endpoint
+				if url == "" {
+					name := fmt.Sprintf("%s-%d", s.ModelStage, i)
+					fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, s.ModelStage, name)
+					w, err := launch.Start(exe, launch.Spec{Name: name, Secret: secret, Args: []string{"--stage", s.ModelStage}}, o.workerLog)
+					if err != nil {
+						return err
+					}
+					workers = append(workers, w)
+					readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+					err = w.WaitHealthy(readyCtx)
+					cancel()
+					if err != nil {
+						return err
+					}
+					url = w.URL
+					fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, s.ModelStage, name, url)
+				}
+				client, err := stageclient.New(stageclient.Config{BaseURL: url})
+				if err != nil {
+					return fmt.Errorf("stage %d: %w", s.ID, err)
+				}
+				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
+			}
+			omniPools[s.ModelStage] = pool
 			continue
+		}
+		if s.ModelStage != "thinker" {
+			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
 		}
 		pool := &orchestrator.Pool{Name: s.ModelStage}
 		if s.Role != topology.RoleFull {
@@ -170,6 +200,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	} else {
 		cfg.Decode = pools[topology.RoleFull]
 	}
+	if omniPools["talker"] != nil && omniPools["code2wav"] != nil {
+		cfg.Omni = omniConfig(doc, omniPools["talker"], omniPools["code2wav"], secret)
+	}
 	orch, err := orchestrator.New(cfg)
 	if err != nil {
 		return err
@@ -210,6 +243,62 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}
 	return nil
 }
+
+// omniConfig reads the audio stages' settings from the deploy config: the
+// Thinker layer the Talker reads, the Talker's sampling defaults, and the
+// codec chunking from the stage connector that feeds Code2Wav, as vllm-omni
+// reads them.
+func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
+	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer}
+	num := func(n *deploy.Node, key string) (float64, bool) {
+		v := n.Get(key)
+		if v == nil || v.Kind != deploy.KindScalar {
+			return 0, false
+		}
+		f, err := strconv.ParseFloat(v.Value, 64)
+		return f, err == nil
+	}
+	for _, s := range doc.Stages {
+		switch s.ModelStage {
+		case "thinker":
+			if l, ok := num(s.EngineArgs, "accept_hidden_layer"); ok {
+				om.ConditioningLayer = int(l)
+			}
+		case "talker":
+			if t, ok := num(s.DefaultSamplingParams, "temperature"); ok {
+				om.Temperature = t
+			}
+			if k, ok := num(s.DefaultSamplingParams, "top_k"); ok {
+				om.TopK = int(k)
+			}
+			if m, ok := num(s.DefaultSamplingParams, "max_tokens"); ok {
+				om.MaxFrames = int(m)
+			}
+		case "code2wav":
+			for _, in := range s.InputConnectors {
+				for _, c := range doc.Connectors {
+					if c.Name != in.Name || c.Extra == nil {
+						continue
+					}
+					if v, ok := num(c.Extra, "initial_codec_chunk_frames"); ok {
+						om.Chunking.Initial = int(v)
+					}
+					if v, ok := num(c.Extra, "codec_chunk_frames"); ok {
+						om.Chunking.Size = int(v)
+					}
+					if v, ok := num(c.Extra, "codec_left_context_frames"); ok {
+						om.Chunking.LeftContext = int(v)
+					}
+				}
+			}
+		}
+	}
+	return om
+}
+
+// referenceConditioningLayer is the hidden layer the reference Talker reads
+// when the config names none: the middle of the reference Thinker's four.
+const referenceConditioningLayer = 2
 
 func pathName(c kvconnector.Contract) string {
 	if c == nil {

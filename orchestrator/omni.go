@@ -159,15 +159,17 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 	in := om.Talker.pick(o.now(), nil)
 	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames}
 	raw, _ := json.Marshal(body)
-	c.mu.Lock()
-	c.fetched = true // the Talker fetches (and so frees) them, or they expire
-	c.mu.Unlock()
 	o.track(om.Talker, in, 1)
 	defer o.track(om.Talker, in, -1)
 	s, err := in.Client.Stream(ctx, stageapi.TalkerPath, req.ID, raw)
 	if err != nil {
+		// The Talker never fetched (or fetched only part): free what is left.
+		o.releaseConditioning(c, o.log.With("request_id", req.ID))
 		return fmt.Errorf("talker: %w", err)
 	}
+	c.mu.Lock()
+	c.fetched = true // the Talker took them
+	c.mu.Unlock()
 	defer s.Close()
 	for {
 		ev, err := s.Next()

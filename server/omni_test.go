@@ -31,6 +31,18 @@ type omniDeployment struct {
 // (disaggregated or not), Talker and Code2Wav workers.
 func newOmniDeployment(t *testing.T, pd bool) *omniDeployment {
 	t.Helper()
+	return newOmniDeploymentWith(t, pd, func(*httptest.Server) {})
+}
+
+// newOmniDeploymentWithTalker is a PD deployment whose Talker server the
+// caller may break.
+func newOmniDeploymentWithTalker(t *testing.T, breakTalker func(*httptest.Server)) *omniDeployment {
+	t.Helper()
+	return newOmniDeploymentWith(t, true, breakTalker)
+}
+
+func newOmniDeploymentWith(t *testing.T, pd bool, breakTalker func(*httptest.Server)) *omniDeployment {
+	t.Helper()
 	d := &omniDeployment{}
 	ocfg := orchestrator.Config{PrefillRetries: 1, Logger: quiet, Metrics: metrics.NewOrchestrator()}
 	if pd {
@@ -52,8 +64,11 @@ func newOmniDeployment(t *testing.T, pd bool) *omniDeployment {
 		}
 		return &orchestrator.Pool{Name: h.URL, Instances: []*orchestrator.Instance{{Client: c}}}
 	}
+	talkerServer := httptest.NewServer(worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, quiet))
+	talkerPool := stage(talkerServer)
+	breakTalker(talkerServer)
 	ocfg.Omni = &orchestrator.Omni{
-		Talker:            stage(httptest.NewServer(worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, quiet))),
+		Talker:            talkerPool,
 		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), quiet))),
 		ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50,
 	}
@@ -229,6 +244,74 @@ func TestOmniRequestOptions(t *testing.T) {
 	for _, w := range pd.thinkers {
 		if n := w.srv.Stashes(); n != 0 {
 			t.Errorf("a Thinker worker holds %d stashes", n)
+		}
+	}
+}
+
+// A Talker that fails after the text was streamed ends the stream with an
+// error event for audio; the text stands, and no conditioning is left on
+// the Thinker workers.
+func TestTalkerFailureAfterText(t *testing.T) {
+	pd := newOmniDeploymentWithTalker(t, func(h *httptest.Server) { h.Close() })
+	status, _, raw, err := postChat(context.Background(), pd.url, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true}`)
+	if err != nil || status != 200 {
+		t.Fatalf("%d %v %s", status, err, raw)
+	}
+	text, audioErr := false, false
+	for _, line := range strings.Split(raw, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Modality string `json:"modality"`
+			Error    any    `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(data), &c)
+		text = text || c.Modality == "text"
+		audioErr = audioErr || (c.Modality == "audio" && c.Error != nil)
+	}
+	if !text || !audioErr || !strings.HasSuffix(strings.TrimSpace(raw), "data: [DONE]") {
+		t.Errorf("want text chunks, then an audio error event, then [DONE]:\n%s", raw)
+	}
+	waitNoStashes(t, pd.thinkers)
+
+	status, _, raw, _ = postChat(context.Background(), pd.url, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+	if status != 502 || !strings.Contains(raw, "talker_failed") {
+		t.Errorf("non-streaming with the Talker down: %d %s", status, raw)
+	}
+	waitNoStashes(t, pd.thinkers)
+}
+
+// A client that leaves mid-stream leaves no conditioning behind.
+func TestOmniClientLeaves(t *testing.T) {
+	pd := newOmniDeployment(t, true)
+	for i := range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i*15)*time.Millisecond)
+		_, _, _, _ = postChat(ctx, pd.url, `{"messages":[{"role":"user","content":"a longer story please"}],"max_tokens":60,"stream":true}`)
+		cancel()
+	}
+	waitNoStashes(t, pd.thinkers)
+	for _, w := range pd.thinkers {
+		deadline := time.Now().Add(10 * time.Second)
+		for w.eng.Cache().Used() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if u := w.eng.Cache().Used(); u != 0 {
+			t.Errorf("a Thinker worker holds %d KV blocks", u)
+		}
+	}
+}
+
+func waitNoStashes(t *testing.T, ws []*refWorker) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range ws {
+		for w.srv.Stashes() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := w.srv.Stashes(); n != 0 {
+			t.Errorf("a Thinker worker holds %d conditioning stashes", n)
 		}
 	}
 }

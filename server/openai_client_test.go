@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"strings"
 	"testing"
 
+	"github.com/omnipd/omnipd/audio"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -49,5 +52,41 @@ func TestOfficialClientStreams(t *testing.T) {
 	}
 	if resp.Usage.PromptTokensDetails.CachedTokens != resp.Usage.PromptTokens-1 {
 		t.Errorf("usage %+v: the decode should report every prompt token but one as cached", resp.Usage)
+	}
+}
+
+// The WAV the official client receives is a real file: RIFF, 24 kHz, mono,
+// 16-bit, whole 80 ms codec frames long.
+func TestOfficialClientReceivesWAV(t *testing.T) {
+	d := newOmniDeployment(t, true)
+	client := openai.NewClient(option.WithBaseURL(d.url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	resp, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model:      "omnipd-reference",
+		Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},
+		MaxTokens:  openai.Int(6),
+		Modalities: []string{"text", "audio"},
+		Audio:      openai.ChatCompletionAudioParam{Format: openai.ChatCompletionAudioParamFormatWAV, Voice: openai.ChatCompletionAudioParamVoiceUnion{OfString: openai.String("alloy")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wav []byte
+	for _, c := range resp.Choices {
+		if c.Message.Audio.Data != "" {
+			wav, err = base64.StdEncoding.DecodeString(c.Message.Audio.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(wav) < 44 || string(wav[:4]) != "RIFF" || string(wav[8:12]) != "WAVE" {
+		t.Fatalf("not a RIFF/WAVE file: %d bytes", len(wav))
+	}
+	samples, rate, channels, err := audio.DecodeWAV(wav)
+	if err != nil || rate != 24000 || channels != 1 || binary.LittleEndian.Uint16(wav[34:36]) != 16 {
+		t.Fatalf("WAV %v: %d Hz, %d channels, %d bits", err, rate, channels, binary.LittleEndian.Uint16(wav[34:36]))
+	}
+	if frames := len(samples) / audio.SamplesPerFrame; frames == 0 || len(samples)%audio.SamplesPerFrame != 0 {
+		t.Errorf("%d samples: want a whole number of 80 ms frames (1920 samples each)", len(samples))
 	}
 }

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/audio"
+)
+
+func TestChatPrintsTextAndWritesAudio(t *testing.T) {
+	wav := audio.EncodeWAV(make([]float32, audio.SamplesPerFrame))
+	var asked map[string]any
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&asked)
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []any{
+			map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "hello there"}},
+			map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": nil, "audio": map[string]any{"data": base64.StdEncoding.EncodeToString(wav)}}},
+		}})
+	}))
+	defer hs.Close()
+	out := filepath.Join(t.TempDir(), "out.wav")
+	var stdout, stderr bytes.Buffer
+	code := Run(context.Background(), []string{"chat", "--url", hs.URL, "--audio", out, "Hi!"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if strings.TrimSpace(stdout.String()) != "hello there" {
+		t.Errorf("printed %q", stdout.String())
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(got, wav) {
+		t.Errorf("wrote %d bytes, %v", len(got), err)
+	}
+	if m, _ := asked["modalities"].([]any); len(m) != 2 {
+		t.Errorf("asked for modalities %v", asked["modalities"])
+	}
+}

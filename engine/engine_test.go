@@ -373,7 +373,11 @@ func TestCancellationFreesEverything(t *testing.T) {
 	}
 	wg.Wait()
 	deadline := time.Now().Add(5 * time.Second)
-	for (e.Cache().Used() != 0 || runtime.NumGoroutine() > base) && time.Now().Before(deadline) {
+	settled := func() bool {
+		s := e.Stats()
+		return s.UsedBlocks == 0 && s.Running == 0 && s.Waiting == 0 && runtime.NumGoroutine() <= base
+	}
+	for !settled() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if u := e.Cache().Used(); u != 0 {

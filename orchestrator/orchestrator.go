@@ -368,6 +368,7 @@ func (o *Orchestrator) short(ctx context.Context, req *Request, dec *Instance, l
 func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.Handoff, params map[string]any, log *slog.Logger) {
 	one := 1
 	drop := *req
+	drop.keep = nil // nobody will fetch this leg's conditioning
 	if req.Chat != nil {
 		c := req.Chat.Clone()
 		c.MaxTokens, c.MaxCompletionTokens, c.Stream, c.StreamOptions = &one, nil, nil, nil

@@ -248,7 +248,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			return sse.WriteDone()
 		}
 		if err := sse.WriteEvent(ev); err != nil {
-			return err // the client went away; closing the result cancels the decode
+			// The client went away mid-stream: the status is long sent, so
+			// there is nothing to answer; closing the result cancels the
+			// upstream legs.
+			s.log.Info("client went away mid-stream", "request_id", req.ID)
+			return nil
 		}
 	}
 }

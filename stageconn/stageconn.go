@@ -33,6 +33,9 @@ var (
 	ErrNotFound = errors.New("stageconn: no such stash (never stashed, already fetched, dropped or expired)")
 	ErrExists   = errors.New("stageconn: key already stashed")
 	ErrAuth     = errors.New("stageconn: unauthorized")
+	// ErrReleased: the key was released before it was stashed (the request
+	// ended while its Thinker leg was finishing); the stash is discarded.
+	ErrReleased = errors.New("stageconn: key already released")
 )
 
 // Config configures a Store. The zero value works.
@@ -51,6 +54,9 @@ type Store struct {
 	cfg     Config
 	mu      sync.Mutex
 	entries map[string]entry
+	// released remembers keys dropped before they were stashed, until the
+	// TTL: a release can overtake the stash it is meant to free.
+	released map[string]time.Time
 }
 
 type entry struct {
@@ -66,7 +72,7 @@ func NewStore(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, entries: map[string]entry{}}
+	return &Store{cfg: cfg, entries: map[string]entry{}, released: map[string]time.Time{}}
 }
 
 // Put stashes st under key.
@@ -79,6 +85,10 @@ func (s *Store) Put(key string, st *Stash) error {
 	s.sweepLocked()
 	if _, ok := s.entries[key]; ok {
 		return fmt.Errorf("%w: %q", ErrExists, key)
+	}
+	if _, ok := s.released[key]; ok {
+		delete(s.released, key)
+		return fmt.Errorf("%w: %q", ErrReleased, key)
 	}
 	s.entries[key] = entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
 	return nil
@@ -97,12 +107,16 @@ func (s *Store) Take(key string) (*Stash, error) {
 	return e.stash, nil
 }
 
-// Drop frees the stash under key; false when there was none.
+// Drop frees the stash under key; false when there was none, in which case
+// a stash put under key before the TTL runs out is discarded.
 func (s *Store) Drop(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.entries[key]
 	delete(s.entries, key)
+	if !ok {
+		s.released[key] = s.cfg.Now().Add(s.cfg.TTL)
+	}
 	return ok
 }
 
@@ -120,6 +134,11 @@ func (s *Store) sweepLocked() int {
 		if now.After(e.expires) {
 			delete(s.entries, k)
 			n++
+		}
+	}
+	for k, until := range s.released {
+		if now.After(until) {
+			delete(s.released, k)
 		}
 	}
 	return n

@@ -129,6 +129,16 @@ func TestStoreLifecycle(t *testing.T) {
 	if n := s.Sweep(); n != 1 || s.Len() != 0 {
 		t.Errorf("expiry freed %d, %d left", n, s.Len())
 	}
+	// A release that overtakes its stash: the late stash is discarded.
+	if s.Drop("late") {
+		t.Error("dropped a key that was never stashed")
+	}
+	if err := s.Put("late", sample(1, 1)); !errors.Is(err, ErrReleased) || s.Len() != 0 {
+		t.Errorf("a stash put after its release: %v, %d held", err, s.Len())
+	}
+	if err := s.Put("late", sample(1, 1)); err != nil {
+		t.Errorf("the tombstone is used once: %v", err)
+	}
 }
 
 func TestFetchOverHTTP(t *testing.T) {

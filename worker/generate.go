@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -234,16 +235,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: last.CachedTokens},
 	}
 	var handle any
-	if g.conditioning != nil && last.Capture != nil {
+	if g.conditioning != nil && last.Capture != nil && ctx.Err() == nil {
 		st := &stageconn.Stash{
 			Embed: last.Capture.Embeddings, Hidden: last.Capture.Hidden,
 			TTSPad: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[2]),
 			TokenIDs: append(append([]int(nil), g.prompt...), tokens...), PromptTokenIDs: g.prompt,
 		}
-		if err := s.stashes.Put(g.conditioning.Key, st); err != nil {
+		switch err := s.stashes.Put(g.conditioning.Key, st); {
+		case errors.Is(err, stageconn.ErrReleased):
+			s.log.Debug("conditioning released before it was kept", "request_id", id)
+		case err != nil:
 			return openai.InvalidRequest("omnipd_conditioning", err.Error())
+		default:
+			handle = map[string]any{"key": g.conditioning.Key, "rows": len(st.Embed)}
 		}
-		handle = map[string]any{"key": g.conditioning.Key, "rows": len(st.Embed)}
 	}
 	return out.finish(last.Text, last.FinishReason, usage, s.kv.responseParams(plan, id), tokens, handle)
 }

@@ -43,6 +43,11 @@ func newOmniDeploymentWithTalker(t *testing.T, breakTalker func(*httptest.Server
 
 func newOmniDeploymentWith(t *testing.T, pd bool, breakTalker func(*httptest.Server)) *omniDeployment {
 	t.Helper()
+	return newOmniDeploymentFull(t, pd, breakTalker, 0.9)
+}
+
+func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Server), talkerTemperature float64) *omniDeployment {
+	t.Helper()
 	d := &omniDeployment{}
 	ocfg := orchestrator.Config{PrefillRetries: 1, Logger: quiet, Metrics: metrics.NewOrchestrator()}
 	if pd {
@@ -70,7 +75,7 @@ func newOmniDeploymentWith(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 	ocfg.Omni = &orchestrator.Omni{
 		Talker:            talkerPool,
 		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), quiet))),
-		ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50,
+		ConditioningLayer: 2, Secret: secret, Temperature: talkerTemperature, TopK: 50,
 	}
 	o, err := orchestrator.New(ocfg)
 	if err != nil {
@@ -313,5 +318,16 @@ func waitNoStashes(t *testing.T, ws []*refWorker) {
 		if n := w.srv.Stashes(); n != 0 {
 			t.Errorf("a Thinker worker holds %d conditioning stashes", n)
 		}
+	}
+}
+
+// Greedy all the way (Thinker and Talker): PD equals colocated without a seed.
+func TestOmniGreedyPDEqualsColocated(t *testing.T) {
+	colocated := newOmniDeploymentFull(t, false, func(*httptest.Server) {}, 0)
+	pd := newOmniDeploymentFull(t, true, func(*httptest.Server) {}, 0)
+	body := `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Greedy, please."}],"max_tokens":9,"temperature":0}`
+	want, got := omniWhole(t, colocated.url, body), omniWhole(t, pd.url, body)
+	if got.text != want.text || !slices.Equal(got.samples, want.samples) {
+		t.Errorf("greedy: PD %q and %d samples, colocated %q and %d samples", got.text, len(got.samples), want.text, len(want.samples))
 	}
 }

@@ -105,37 +105,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	omniPools := map[string]*orchestrator.Pool{}
 	var contract kvconnector.Contract
 	for _, s := range doc.Stages {
-		if s.ModelStage == "talker" || s.ModelStage == "code2wav" {
-			pool := &orchestrator.Pool{Name: s.ModelStage}
-			for i, r := range s.Replicas {
-				url := r.Endpoint
-				if url == "" {
-					name := fmt.Sprintf("%s-%d", s.ModelStage, i)
-					fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, s.ModelStage, name)
-					w, err := launch.Start(exe, launch.Spec{Name: name, Secret: secret, Args: []string{"--stage", s.ModelStage}}, o.workerLog)
-					if err != nil {
-						return err
-					}
-					workers = append(workers, w)
-					readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-					err = w.WaitHealthy(readyCtx)
-					cancel()
-					if err != nil {
-						return err
-					}
-					url = w.URL
-					fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, s.ModelStage, name, url)
-				}
-				client, err := stageclient.New(stageclient.Config{BaseURL: url})
-				if err != nil {
-					return fmt.Errorf("stage %d: %w", s.ID, err)
-				}
-				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
-			}
-			omniPools[s.ModelStage] = pool
-			continue
-		}
-		if s.ModelStage != "thinker" {
+		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
 			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
 		}
 		pool := &orchestrator.Pool{Name: s.ModelStage}
@@ -143,15 +113,19 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			pool.Name += "-" + s.Role.String()
 		}
 		for i, r := range s.Replicas {
-			name := fmt.Sprintf("%s-%d", pool.Name, i)
+			spec := launch.Spec{Name: fmt.Sprintf("%s-%d", pool.Name, i), Secret: secret}
 			url := r.Endpoint
 			if url == "" {
-				kv, err := workerKVConfig(s, r)
-				if err != nil {
-					return err
+				// omnipd starts this instance: a reference worker.
+				if s.ModelStage == "thinker" {
+					if spec.KVTransferConfig, err = workerKVConfig(s, r); err != nil {
+						return err
+					}
+				} else {
+					spec.Args = []string{"--stage", s.ModelStage}
 				}
-				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, name)
-				w, err := launch.Start(exe, launch.Spec{Name: name, KVTransferConfig: kv, Secret: secret}, o.workerLog)
+				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, spec.Name)
+				w, err := launch.Start(exe, spec, o.workerLog)
 				if err != nil {
 					return err
 				}
@@ -163,11 +137,15 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					return err
 				}
 				url = w.URL
-				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, name, url)
+				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, spec.Name, url)
 			}
 			client, err := stageclient.New(stageclient.Config{BaseURL: url})
 			if err != nil {
 				return fmt.Errorf("stage %d: %w", s.ID, err)
+			}
+			if s.ModelStage != "thinker" {
+				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
+				continue
 			}
 			peer := kvconnector.Peer{EngineID: r.EngineID, KVPort: r.KVPort, HTTPAddr: strings.TrimPrefix(url, "http://"), TP: s.TensorParallelSize}
 			if s.KV != nil {
@@ -177,6 +155,10 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				peer.KVHost = "127.0.0.1"
 			}
 			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
+		}
+		if s.ModelStage != "thinker" {
+			omniPools[s.ModelStage] = pool
+			continue
 		}
 		pools[s.Role] = pool
 		if s.Role == topology.RolePrefill {

@@ -571,6 +571,11 @@ func decodeFailure(err error) error {
 	if errors.As(err, &ue) && ue.Status < 500 {
 		return &Error{Status: ue.Status, Code: "decode_rejected", Msg: "the decode stage rejected the request", Cause: err, Upstream: ue.Body}
 	}
+	if errors.Is(err, stageclient.ErrConnect) {
+		// The instance is down (a supervised worker restarts): fail fast
+		// with a status that tells clients to retry.
+		return &Error{Status: 503, Code: "decode_unavailable", Msg: "the decode stage is restarting; retry shortly", Cause: err}
+	}
 	return &Error{Status: 502, Code: "decode_upstream_unavailable", Msg: "the decode stage failed", Cause: err}
 }
 

@@ -161,6 +161,9 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		default:
 			resp = openai.InternalError("internal error")
 		}
+		if resp.Status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		if resp.Status >= 500 {
 			log.Error("request failed", "status", resp.Status, "err", err)
 		} else {

@@ -92,14 +92,15 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("find the omnipd binary to start workers: %w", err)
 	}
-	var workers []*launch.Worker
+	var workers []*launch.Supervisor
 	defer func() {
 		for _, w := range workers {
 			if err := w.Stop(10 * time.Second); err != nil {
-				o.log.Warn("stopping worker", "worker", w.Name, "err", err)
+				o.log.Warn("stopping worker", "err", err)
 			}
 		}
 	}()
+	progress := func(line string) { fmt.Fprintln(o.out, line) }
 
 	pools := map[topology.Role]*orchestrator.Pool{}
 	omniPools := map[string]*orchestrator.Pool{}
@@ -125,7 +126,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					spec.Args = []string{"--stage", s.ModelStage}
 				}
 				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, spec.Name)
-				w, err := launch.Start(exe, spec, o.workerLog)
+				w, err := launch.Supervise(exe, spec, o.workerLog, progress)
 				if err != nil {
 					return err
 				}
@@ -136,7 +137,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				if err != nil {
 					return err
 				}
-				url = w.URL
+				url = w.URL()
 				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, spec.Name, url)
 			}
 			client, err := stageclient.New(stageclient.Config{BaseURL: url})

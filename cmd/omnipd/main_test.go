@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -175,4 +177,92 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// SIGTERM with requests in flight: omnipd stops accepting, lets them finish
+// (up to --drain-timeout), then stops its workers and exits cleanly.
+func TestShutdownDrainsInFlightRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", "--port", "0", "--drain-timeout", "30s")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill() }()
+	addr := regexp.MustCompile(`on (http://\S+)`)
+	var url string
+	for deadline := time.Now().Add(60 * time.Second); url == ""; time.Sleep(50 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", out.String())
+		}
+	}
+	results := make(chan string, 8)
+	started := make(chan struct{}, 8)
+	for i := range 8 {
+		go func() {
+			resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
+				fmt.Sprintf(`{"messages":[{"role":"user","content":"story %d"}],"max_tokens":300,"ignore_eos":true,"stream":true,"modalities":["text"]}`, i)))
+			if err != nil {
+				started <- struct{}{}
+				results <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			_, _ = br.ReadString('\n')
+			started <- struct{}{}
+			rest, err := io.ReadAll(br)
+			switch {
+			case err != nil:
+				results <- "error: " + err.Error()
+			case !strings.Contains(string(rest), "data: [DONE]"):
+				results <- "truncated"
+			default:
+				results <- "ok"
+			}
+		}()
+	}
+	for range 8 {
+		<-started
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		select {
+		case r := <-results:
+			if r != "ok" {
+				t.Errorf("in-flight request: %s", r)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("an in-flight request hung during shutdown")
+		}
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("omnipd exited with %v:\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("omnipd did not exit after draining")
+	}
+	if resp, err := http.Get(url + "/health"); err == nil {
+		resp.Body.Close()
+		t.Error("omnipd still answers after shutdown")
+	}
+	for _, m := range regexp.MustCompile(`ready at (http://\S+)`).FindAllStringSubmatch(out.String(), -1) {
+		if resp, err := http.Get(m[1] + "/health"); err == nil {
+			resp.Body.Close()
+			t.Errorf("worker %s outlived omnipd", m[1])
+		}
+	}
 }

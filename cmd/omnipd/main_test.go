@@ -266,3 +266,45 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 		}
 	}
 }
+
+// Even when omnipd itself is killed with SIGKILL, its workers go with it.
+func TestNoOrphansWhenKilled(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("builds and runs the binary; relies on Linux's parent-death signal")
+	}
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", "--port", "0")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ready := regexp.MustCompile(`omnipd serving`)
+	for deadline := time.Now().Add(60 * time.Second); !ready.MatchString(out.String()); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", out.String())
+		}
+	}
+	workers := regexp.MustCompile(`ready at (http://\S+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(workers) == 0 {
+		t.Fatal("no workers started")
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range workers {
+		for {
+			resp, err := http.Get(w[1] + "/health")
+			if err != nil {
+				break
+			}
+			resp.Body.Close()
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %s outlived a killed omnipd", w[1])
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

@@ -48,7 +48,7 @@ deploy configs as they are written.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(), newChatCmd(), newValidateCmd(), newExpandCmd(), newWorkerCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newChatCmd(), newValidateCmd(), newExpandCmd(), newPlanCmd(), newWorkerCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,462 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/topology"
+)
+
+// Defaults of VLLMOptions.
+const (
+	DefaultVLLMModel    = "Qwen/Qwen3-Omni-30B-A3B-Instruct"
+	DefaultVLLMHost     = "127.0.0.1"
+	DefaultVLLMBasePort = 8100
+)
+
+// VLLMOptions say how the planned vllm serve instances are reached. The zero
+// value plans Qwen3-Omni on loopback from port 8100.
+type VLLMOptions struct {
+	// Model is the checkpoint every instance serves (default DefaultVLLMModel).
+	Model string
+	// Host is the address the instances listen on and omnipd reaches them at
+	// (default 127.0.0.1). It is also NIXL's side-channel host.
+	Host string
+	// BasePort is the HTTP port of the first instance; the others follow in
+	// stage order, one port each (default 8100).
+	BasePort int
+	// ServedModelName is the model name every instance accepts (default
+	// Model). omnipd forwards the client's model name, so omnipd serve must
+	// be started with the same --served-model-name.
+	ServedModelName string
+}
+
+func (o VLLMOptions) withDefaults() VLLMOptions {
+	if o.Model == "" {
+		o.Model = DefaultVLLMModel
+	}
+	if o.Host == "" {
+		o.Host = DefaultVLLMHost
+	}
+	if o.BasePort == 0 {
+		o.BasePort = DefaultVLLMBasePort
+	}
+	if o.ServedModelName == "" {
+		o.ServedModelName = o.Model
+	}
+	return o
+}
+
+// VLLMCommand is one vllm serve instance of a Thinker stage.
+type VLLMCommand struct {
+	Stage   int    // stage id
+	Role    string // "prefill", "decode" or "full"
+	Replica int
+	// Name identifies the instance, e.g. "thinker-prefill-0".
+	Name string
+	// Argv is the command line: vllm serve MODEL --port ... --kv-transfer-config JSON ...
+	Argv []string
+	// Env is sorted KEY=VALUE: CUDA_VISIBLE_DEVICES, the connector's
+	// variables and the stage's env.
+	Env []string
+	// URL is the base URL the omnipd config points at.
+	URL string
+}
+
+// VLLMPlan is how to run a deploy config's Thinker stages on stock vllm
+// serve instances and point omnipd at them.
+type VLLMPlan struct {
+	Commands []VLLMCommand
+	// Config is the omnipd deploy config (YAML) whose Thinker replicas name
+	// the planned instances' endpoints.
+	Config []byte
+	// Notes are things the operator should know: skipped stages, engine
+	// arguments not passed on, the served model name.
+	Notes []string
+	// ServedModelName is the name every instance serves.
+	ServedModelName string
+}
+
+// vllmOmniOnlyArgs are stage keys vllm-omni understands but vllm serve
+// rejects as unknown flags.
+var vllmOmniOnlyArgs = map[string]bool{
+	"model_stage":               true,
+	"engine_output_type":        true,
+	"worker_type":               true,
+	"scheduler_cls":             true,
+	"hf_config_name":            true,
+	"model_arch":                true,
+	"custom_process_input_func": true,
+	"is_comprehension":          true,
+	"stage_type":                true,
+}
+
+// plannedArgs are flags the plan sets itself; an engine argument of the same
+// name would contradict it.
+var plannedArgs = map[string]bool{
+	"model":                true,
+	"host":                 true,
+	"port":                 true,
+	"served_model_name":    true,
+	"tensor_parallel_size": true,
+	"kv_transfer_config":   true,
+}
+
+// ErrNeedsThinkerConditioning is returned for pipelines whose later stages
+// read the Thinker's hidden states, which vllm serve cannot export.
+var ErrNeedsThinkerConditioning = errors.New("pipeline needs Thinker conditioning")
+
+// PlanVLLM plans one vllm serve instance per replica of each Thinker stage
+// of doc that is not already running (has no endpoint), and the omnipd
+// config that drives them. It is pure: it starts and contacts nothing.
+//
+// Only text-only (thinker-only) pipelines can be planned: a stock vllm serve
+// runs neither the Talker nor Code2Wav, and cannot export the Thinker
+// conditioning the Talker reads.
+func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
+	opts = opts.withDefaults()
+	for _, s := range doc.Stages {
+		if s.ModelStage != "thinker" {
+			return nil, fmt.Errorf("%w: stage %d is a %s (pipeline %s); a stock vllm serve cannot run the Talker or Code2Wav, nor export the Thinker hidden states they read. Plan a thinker-only pipeline (pipeline: qwen3_omni_moe_thinker) for vLLM, or run the full pipeline on reference workers with omnipd serve",
+				ErrNeedsThinkerConditioning, s.ID, s.ModelStage, doc.Pipeline)
+		}
+	}
+
+	plan := &VLLMPlan{ServedModelName: opts.ServedModelName}
+	kvPorts := map[int]string{}
+	for _, s := range doc.Stages {
+		for i, r := range s.Replicas {
+			if r.KVPort != 0 {
+				kvPorts[r.KVPort] = fmt.Sprintf("stage %d replica %d", s.ID, i)
+			}
+		}
+	}
+
+	// planned[stage index][replica] is the URL of a planned instance.
+	planned := make([][]string, len(doc.Stages))
+	port := opts.BasePort
+	for si, s := range doc.Stages {
+		if s.KV != nil && s.KV.Connector == deploy.DefaultKVConnector {
+			return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1 or MoRIIOConnector), or run reference workers with omnipd serve",
+				s.ID, s.KV.Connector)
+		}
+		args, notes := engineFlags(s)
+		plan.Notes = append(plan.Notes, notes...)
+		planned[si] = make([]string, len(s.Replicas))
+		for ri, r := range s.Replicas {
+			if r.Endpoint != "" {
+				plan.Notes = append(plan.Notes, fmt.Sprintf("stage %d replica %d already runs at %s; not planned", s.ID, ri, r.Endpoint))
+				continue
+			}
+			if owner, ok := kvPorts[port]; ok {
+				return nil, fmt.Errorf("stage %d replica %d: HTTP port %d is the KV port of %s; choose another --base-port", s.ID, ri, port, owner)
+			}
+			cmd, err := planInstance(s, ri, r, port, args, opts)
+			if err != nil {
+				return nil, err
+			}
+			planned[si][ri] = cmd.URL
+			plan.Commands = append(plan.Commands, cmd)
+			port++
+		}
+	}
+	if len(plan.Commands) == 0 {
+		plan.Notes = append(plan.Notes, "every Thinker replica already has an endpoint; nothing to start")
+	}
+
+	cfg, err := configWithEndpoints(doc, planned)
+	if err != nil {
+		return nil, err
+	}
+	plan.Config = cfg
+	return plan, nil
+}
+
+func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineArgs []string, opts VLLMOptions) (VLLMCommand, error) {
+	role := s.Role.String()
+	name := s.ModelStage
+	if s.Role != topology.RoleFull {
+		name += "-" + role
+	}
+	name += "-" + strconv.Itoa(ri)
+	cmd := VLLMCommand{
+		Stage:   s.ID,
+		Role:    role,
+		Replica: ri,
+		Name:    name,
+		URL:     "http://" + net.JoinHostPort(opts.Host, strconv.Itoa(port)),
+	}
+	cmd.Argv = []string{"vllm", "serve", opts.Model,
+		"--host", opts.Host,
+		"--port", strconv.Itoa(port),
+		"--served-model-name", opts.ServedModelName,
+		"--tensor-parallel-size", strconv.Itoa(max(1, s.TensorParallelSize)),
+	}
+	if s.KV != nil {
+		kv, err := kvTransferJSON(s.KV, r)
+		if err != nil {
+			return VLLMCommand{}, fmt.Errorf("stage %d: kv_transfer_config: %w", s.ID, err)
+		}
+		cmd.Argv = append(cmd.Argv, "--kv-transfer-config", kv)
+	}
+	cmd.Argv = append(cmd.Argv, engineArgs...)
+
+	// The stage's env first: the per-instance values below are derived from
+	// the same config but differ between replicas, so they win.
+	env := map[string]string{}
+	if s.Env != nil {
+		for i, k := range s.Env.Keys {
+			env[k.Value] = s.Env.Values[i].Value
+		}
+	}
+	if len(r.Devices) > 0 {
+		ds := make([]string, len(r.Devices))
+		for i, d := range r.Devices {
+			ds[i] = strconv.Itoa(d)
+		}
+		env["CUDA_VISIBLE_DEVICES"] = strings.Join(ds, ",")
+	}
+	if s.KV != nil {
+		switch s.KV.Connector {
+		case "MooncakeConnector":
+			if s.Role == topology.RolePrefill && r.KVPort != 0 {
+				env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = strconv.Itoa(r.KVPort)
+			}
+		case "NixlConnector":
+			env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = opts.Host
+			if r.KVPort != 0 {
+				env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = strconv.Itoa(r.KVPort)
+			}
+		case "P2pNcclConnector", "MoRIIOConnector":
+			// They match a transfer by request id on both sides.
+			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	slices.Sort(cmd.Env)
+	return cmd, nil
+}
+
+// kvTransferJSON is the --kv-transfer-config of one replica: the stage's
+// config with the replica's engine id and port.
+func kvTransferJSON(kv *deploy.KVConfig, r topology.Replica) (string, error) {
+	n := &deploy.Node{Kind: deploy.KindMap}
+	n.Set("kv_connector", str(kv.Connector))
+	n.Set("kv_role", str(kv.Role))
+	engineID := r.EngineID
+	if engineID == "" {
+		engineID = kv.EngineID
+	}
+	if engineID != "" {
+		n.Set("engine_id", str(engineID))
+	}
+	if kv.BufferDevice != "" {
+		n.Set("kv_buffer_device", str(kv.BufferDevice))
+	}
+	if kv.BufferSize != nil {
+		n.Set("kv_buffer_size", kv.BufferSize.Clone())
+	}
+	if kv.IP != "" {
+		n.Set("kv_ip", str(kv.IP))
+	}
+	if kv.Port != 0 {
+		p := kv.Port
+		if r.KVPort != 0 {
+			p = r.KVPort
+		}
+		n.Set("kv_port", integer(p))
+	}
+	if kv.Rank != nil {
+		n.Set("kv_rank", integer(*kv.Rank))
+	}
+	if kv.ParallelSize != nil {
+		n.Set("kv_parallel_size", integer(*kv.ParallelSize))
+	}
+	if kv.LoadFailurePolicy != "" {
+		n.Set("kv_load_failure_policy", str(kv.LoadFailurePolicy))
+	}
+	extra := kv.ExtraConfig.Clone()
+	if kv.Connector == "MooncakeConnector" && kv.Role != topology.KVConsumer && r.KVPort != 0 {
+		// Mooncake keeps the prefill's bootstrap port here.
+		if extra == nil {
+			extra = &deploy.Node{Kind: deploy.KindMap}
+		}
+		extra.Set("mooncake_bootstrap_port", integer(r.KVPort))
+	}
+	if extra != nil {
+		n.Set("kv_connector_extra_config", extra)
+	}
+	if kv.Other != nil {
+		for i, k := range kv.Other.Keys {
+			n.Set(k.Value, kv.Other.Values[i].Clone())
+		}
+	}
+	b, err := n.MarshalJSON()
+	return string(b), err
+}
+
+// engineFlags maps a stage's engine arguments to vllm serve flags, in the
+// order written, and notes what it leaves out.
+func engineFlags(s *deploy.Stage) (args, notes []string) {
+	if s.EngineArgs == nil {
+		return nil, nil
+	}
+	var dropped, falses []string
+	for i, k := range s.EngineArgs.Keys {
+		key, v := k.Value, s.EngineArgs.Values[i]
+		if vllmOmniOnlyArgs[key] || plannedArgs[key] {
+			dropped = append(dropped, key)
+			continue
+		}
+		flag := "--" + strings.ReplaceAll(key, "_", "-")
+		switch v.Kind {
+		case deploy.KindNull:
+			// Unset: vLLM's default applies.
+		case deploy.KindScalar:
+			if v.Tag == "!!bool" {
+				if b, _ := strconv.ParseBool(strings.ToLower(v.Value)); b {
+					args = append(args, flag)
+				} else {
+					falses = append(falses, key)
+				}
+				continue
+			}
+			args = append(args, flag, v.Value)
+		case deploy.KindSeq:
+			if scalars(v) {
+				// vLLM's list arguments take one value per item.
+				args = append(args, flag)
+				for _, it := range v.Items {
+					args = append(args, it.Value)
+				}
+				continue
+			}
+			fallthrough
+		default:
+			b, err := v.MarshalJSON()
+			if err != nil {
+				dropped = append(dropped, key)
+				continue
+			}
+			args = append(args, flag, string(b))
+		}
+	}
+	if len(dropped) > 0 {
+		notes = append(notes, fmt.Sprintf("stage %d: not passed to vllm serve (vllm-omni only, or set by the plan): %s", s.ID, strings.Join(dropped, ", ")))
+	}
+	if len(falses) > 0 {
+		notes = append(notes, fmt.Sprintf("stage %d: false booleans left to vLLM's default: %s", s.ID, strings.Join(falses, ", ")))
+	}
+	return args, notes
+}
+
+func scalars(seq *deploy.Node) bool {
+	for _, it := range seq.Items {
+		if it.Kind != deploy.KindScalar {
+			return false
+		}
+	}
+	return true
+}
+
+// configWithEndpoints prints doc with each planned replica's endpoint set,
+// so that omnipd serve --config drives the planned instances.
+func configWithEndpoints(doc *deploy.Document, planned [][]string) ([]byte, error) {
+	cp := *doc
+	cp.Stages = make([]*deploy.Stage, len(doc.Stages))
+	for si, s := range doc.Stages {
+		sc := *s
+		sc.Replicas = slices.Clone(s.Replicas)
+		sc.Endpoints = nil
+		for ri := range sc.Replicas {
+			if ri < len(planned[si]) && planned[si][ri] != "" {
+				sc.Replicas[ri].Endpoint = planned[si][ri]
+			}
+			if sc.Replicas[ri].Endpoint != "" {
+				sc.Endpoints = append(sc.Endpoints, sc.Replicas[ri].Endpoint)
+			}
+		}
+		cp.Stages[si] = &sc
+	}
+	return cp.Node().MarshalYAML()
+}
+
+func str(s string) *deploy.Node {
+	return &deploy.Node{Kind: deploy.KindScalar, Tag: "!!str", Value: s}
+}
+
+func integer(i int) *deploy.Node {
+	return &deploy.Node{Kind: deploy.KindScalar, Tag: "!!int", Value: strconv.Itoa(i)}
+}
+
+// VLLMConfigFile is the name Shell saves the omnipd config under.
+const VLLMConfigFile = "omnipd-vllm.yaml"
+
+// Shell renders p as a shell script: each instance started in the
+// background with its environment, then the omnipd config written to
+// VLLMConfigFile and the omnipd serve command that uses it.
+func (p *VLLMPlan) Shell() string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	fmt.Fprintf(&b, "# vllm serve instances for omnipd: %d planned.\n", len(p.Commands))
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "# note: %s\n", n)
+	}
+	b.WriteString("set -e\n")
+	for _, c := range p.Commands {
+		fmt.Fprintf(&b, "\n# %s: stage %d (%s), replica %d -> %s\n", c.Name, c.Stage, c.Role, c.Replica, c.URL)
+		for _, e := range c.Env {
+			k, v, _ := strings.Cut(e, "=")
+			fmt.Fprintf(&b, "%s=%s \\\n", k, shellQuote(v))
+		}
+		// vllm serve MODEL on the first line, then a flag and its values per line.
+		b.WriteString(shellQuote(c.Argv[0]))
+		for i := 1; i < len(c.Argv); i++ {
+			a := c.Argv[i]
+			if strings.HasPrefix(a, "--") {
+				b.WriteString(" \\\n  ")
+			} else {
+				b.WriteByte(' ')
+			}
+			b.WriteString(shellQuote(a))
+		}
+		b.WriteString(" &\n")
+	}
+	fmt.Fprintf(&b, "\n# The omnipd config naming these instances. Once each answers /health, run:\n")
+	fmt.Fprintf(&b, "#   omnipd serve --config %s --served-model-name %s\n", VLLMConfigFile, shellQuote(p.ServedModelName))
+	fmt.Fprintf(&b, "cat > %s <<'EOF'\n", VLLMConfigFile)
+	b.Write(p.Config)
+	if len(p.Config) > 0 && p.Config[len(p.Config)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	b.WriteString("EOF\n")
+	if len(p.Commands) > 0 {
+		b.WriteString("\nwait\n")
+	}
+	return b.String()
+}
+
+// shellQuote quotes s for sh when it needs it, in single quotes.
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	safe := true
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:,=@%+", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -391,20 +391,46 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 
 // concurrent sends prefill and decode at once (Mooncake, reference push):
 // the decode waits for its KV on the data path. A failed prefill cancels
-// the decode.
+// the decode; a retryable failure starts both legs again with another
+// prefill instance, up to PrefillRetries times.
 func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, error) {
+	tried := map[*Instance]bool{}
+	var last error
+	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
+		pre := o.cfg.Prefill.pick(o.now(), tried)
+		if pre == nil {
+			break
+		}
+		tried[pre] = true
+		res, retryable, err := o.concurrentOnce(ctx, req, dec, pre, h, log)
+		if err == nil {
+			return res, nil
+		}
+		last = err
+		if !retryable || ctx.Err() != nil {
+			break
+		}
+		o.cfg.Metrics.RecordPrefillRetry()
+		log.Warn("prefill failed; retrying both legs with another prefill instance", "instance", pre.Client.BaseURL(), "attempt", attempt+1, "err", err)
+	}
+	return nil, last
+}
+
+// concurrentOnce runs both legs once against one prefill instance.
+// retryable reports a prefill failure another instance may not have.
+func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pre *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	pre := o.cfg.Prefill.pick(o.now(), nil)
 	h.Prefill = pre.Peer
 	params, err := o.cfg.Contract.DecodeParams(h, nil)
 	if err != nil {
 		cancel(err)
-		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the connector cannot address the prefill", Cause: err}
+		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the connector cannot address the prefill", Cause: err}
 	}
 	var wg sync.WaitGroup
 	var prefillErr error
+	var prefillRetryable bool
 	wg.Go(func() {
-		_, _, prefillErr = o.prefillOn(ctx, req, pre, h, log)
+		_, prefillRetryable, prefillErr = o.prefillOn(ctx, req, pre, h, log)
 		if prefillErr != nil {
 			cancel(prefillErr)
 		}
@@ -414,9 +440,9 @@ func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instan
 		wg.Wait()
 		cancel(nil)
 		if prefillErr != nil {
-			return nil, prefillFailure(prefillErr)
+			return nil, prefillRetryable, prefillFailure(prefillErr)
 		}
-		return nil, err
+		return nil, false, err
 	}
 	// The decode answered: its KV arrived, so the prefill is done or about
 	// to be; the result keeps the context alive until the caller closes it.
@@ -428,7 +454,7 @@ func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instan
 			prev()
 		}
 	}
-	return res, nil
+	return res, false, nil
 }
 
 // prefill runs the prefill leg with retries on other instances.

@@ -484,3 +484,28 @@ type orchestratorFunc func(context.Context, *orchestrator.Request) (*orchestrato
 func (f orchestratorFunc) Do(ctx context.Context, r *orchestrator.Request) (*orchestrator.Result, error) {
 	return f(ctx, r)
 }
+
+// With the push handshake (prefill and decode sent together) a dead prefill
+// instance is retried too: both legs start again with another prefill.
+func TestPushPrefillRetried(t *testing.T) {
+	pd := pdDeployment(t, "push", 2)
+	pd.workers[0].http.Close()
+	for i := range 4 {
+		status, _, body, err := postChat(context.Background(), pd.url, chatBody(fmt.Sprint("push ", i), i, i%2 == 0))
+		if err != nil || status != 200 {
+			t.Fatalf("request %d: %d %v %s", i, status, err, body)
+		}
+	}
+	if m := metricsText(t, pd.url); !strings.Contains(m, "omnipd_prefill_retries_total 1") {
+		t.Errorf("want exactly one retry (the dead instance is then ejected):\n%s", m)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range pd.workers[1:] {
+		for w.eng.Cache().Used() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if u := w.eng.Cache().Used(); u != 0 {
+			t.Errorf("a worker holds %d KV blocks", u)
+		}
+	}
+}

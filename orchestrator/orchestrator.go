@@ -621,3 +621,34 @@ func scrubResponse(body []byte) []byte {
 	}
 	return out
 }
+
+// Probe checks every instance's /health each interval until ctx ends:
+// an instance that fails is ejected (requests go to the others) until it
+// answers again, so a dead instance is avoided before a request finds it.
+func (p *Pool) Probe(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		for _, in := range p.Instances {
+			hctx, cancel := context.WithTimeout(ctx, interval)
+			err := in.Client.Health(hctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				in.eject(time.Now())
+			} else {
+				in.ok()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Healthy reports whether the instance is currently in rotation.
+func (in *Instance) Healthy(now time.Time) bool { return in.ejectedUntil.Load() <= now.UnixNano() }

@@ -209,3 +209,45 @@ func TestCancelBetweenLegsClaimsTheKV(t *testing.T) {
 		t.Errorf("claiming decode %v: want one token, not streamed, with the handoff", d)
 	}
 }
+
+// The health probe takes a dead instance out of rotation before a request
+// finds it, and puts it back when it answers again.
+func TestProbeEjectsAndRestores(t *testing.T) {
+	var mu sync.Mutex
+	up := true
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !up {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer hs.Close()
+	c, _ := stageclient.New(stageclient.Config{BaseURL: hs.URL})
+	in := &Instance{Client: c}
+	p := &Pool{Name: "p", Instances: []*Instance{in}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Probe(ctx, 10*time.Millisecond)
+	waitFor := func(healthy bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for in.Healthy(time.Now()) != healthy {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance healthy = %v, want %v", in.Healthy(time.Now()), healthy)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(true)
+	mu.Lock()
+	up = false
+	mu.Unlock()
+	waitFor(false)
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	waitFor(true)
+}

@@ -173,6 +173,15 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			}
 		}
 	}
+	// Keep unhealthy instances out of rotation between requests too.
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
+	for _, p := range pools {
+		go p.Probe(probeCtx, 2*time.Second)
+	}
+	for _, p := range omniPools {
+		go p.Probe(probeCtx, 2*time.Second)
+	}
 	m := metrics.NewOrchestrator()
 	cfg := orchestrator.Config{Logger: o.log, Metrics: m}
 	if contract != nil {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"slices"
 
@@ -85,9 +86,9 @@ func (m *Model) Forward(cache *kvcache.Cache, table []int, start int, tokens []i
 	}
 
 	last := x[(n-1)*hid:]
-	rmsNorm(s.normed, last, m.norm, c.RMSNormEps)
+	kernel.RMSNorm(s.normed, last, m.norm, c.RMSNormEps)
 	logits := make([]float32, c.VocabSize)
-	matVec(logits, m.lmHead, s.normed)
+	kernel.MatVec(logits, m.lmHead, s.normed)
 	return logits
 }
 
@@ -154,35 +155,35 @@ func (m *Model) layerStep(l int, cache *kvcache.Cache, table []int, pos, t int, 
 	hd, half := c.HeadDim, c.HeadDim/2
 	cos, sin := s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half]
 
-	rmsNorm(s.normed, x, w.inputNorm, c.RMSNormEps)
+	kernel.RMSNorm(s.normed, x, w.inputNorm, c.RMSNormEps)
 	block, slot := cache.Position(table, pos)
 	k, v := cache.K(block, l, slot), cache.V(block, l, slot)
-	matVec(s.q, w.q, s.normed)
-	matVec(k, w.k, s.normed)
-	matVec(v, w.v, s.normed)
+	kernel.MatVec(s.q, w.q, s.normed)
+	kernel.MatVec(k, w.k, s.normed)
+	kernel.MatVec(v, w.v, s.normed)
 	for h := range c.NumHeads {
 		qh := s.q[h*hd : (h+1)*hd]
-		rmsNorm(qh, qh, w.qNorm, c.RMSNormEps)
+		kernel.RMSNorm(qh, qh, w.qNorm, c.RMSNormEps)
 		rope(qh, cos, sin)
 	}
 	for h := range c.NumKVHeads {
 		kh := k[h*hd : (h+1)*hd]
-		rmsNorm(kh, kh, w.kNorm, c.RMSNormEps)
+		kernel.RMSNorm(kh, kh, w.kNorm, c.RMSNormEps)
 		rope(kh, cos, sin)
 	}
 
 	m.attend(l, cache, table, pos, s)
-	matVec(s.out, w.o, s.attn)
-	add(x, s.out)
+	kernel.MatVec(s.out, w.o, s.attn)
+	kernel.Add(x, s.out)
 
-	rmsNorm(s.normed, x, w.postNorm, c.RMSNormEps)
-	matVec(s.gate, w.gate, s.normed)
-	matVec(s.up, w.up, s.normed)
+	kernel.RMSNorm(s.normed, x, w.postNorm, c.RMSNormEps)
+	kernel.MatVec(s.gate, w.gate, s.normed)
+	kernel.MatVec(s.up, w.up, s.normed)
 	for i, g := range s.gate {
-		s.gate[i] = float32(silu(g) * s.up[i])
+		s.gate[i] = float32(kernel.SiLU(g) * s.up[i])
 	}
-	matVec(s.out, w.down, s.gate)
-	add(x, s.out)
+	kernel.MatVec(s.out, w.down, s.gate)
+	kernel.Add(x, s.out)
 }
 
 // attend computes causal grouped-query attention of the position's
@@ -198,11 +199,11 @@ func (m *Model) attend(l int, cache *kvcache.Cache, table []int, pos int, s *scr
 		k := cache.K(block, l, slot)
 		for h := range c.NumHeads {
 			kv := h / group
-			s.scores[h*s.span+j] = float32(dot(s.q[h*hd:(h+1)*hd], k[kv*hd:(kv+1)*hd]) * scale)
+			s.scores[h*s.span+j] = float32(kernel.Dot(s.q[h*hd:(h+1)*hd], k[kv*hd:(kv+1)*hd]) * scale)
 		}
 	}
 	for h := range c.NumHeads {
-		softmax(s.scores[h*s.span : h*s.span+n])
+		kernel.Softmax(s.scores[h*s.span : h*s.span+n])
 	}
 	clear(s.attn)
 	for j := range n {
@@ -210,67 +211,8 @@ func (m *Model) attend(l int, cache *kvcache.Cache, table []int, pos int, s *scr
 		v := cache.V(block, l, slot)
 		for h := range c.NumHeads {
 			kv := h / group
-			axpy(s.attn[h*hd:(h+1)*hd], s.scores[h*s.span+j], v[kv*hd:(kv+1)*hd])
+			kernel.Axpy(s.attn[h*hd:(h+1)*hd], s.scores[h*s.span+j], v[kv*hd:(kv+1)*hd])
 		}
-	}
-}
-
-// dot is the one reduction every matrix product goes through; its
-// summation order depends only on the length, which is what makes results
-// independent of chunking. Four accumulators let the CPU overlap the adds.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += float32(a[i] * b[i])
-		s1 += float32(a[i+1] * b[i+1])
-		s2 += float32(a[i+2] * b[i+2])
-		s3 += float32(a[i+3] * b[i+3])
-	}
-	for ; i < len(a); i++ {
-		s0 += float32(a[i] * b[i])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// matVec sets out = W·x for W row-major [len(out)][len(x)].
-func matVec(out, w, x []float32) {
-	in := len(x)
-	w = w[:len(out)*in]
-	for r := range out {
-		out[r] = dot(w[r*in:(r+1)*in], x)
-	}
-}
-
-// axpy adds a·x to y.
-func axpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += float32(a * x[i])
-	}
-}
-
-func add(y, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += x[i]
-	}
-}
-
-// rmsNorm sets out = x / sqrt(mean(x²) + eps) · w; out may alias x. The
-// mean is accumulated in float64, as the statistic is the one place where
-// float32 cancellation would cost accuracy.
-func rmsNorm(out, x, w []float32, eps float64) {
-	var ss float64
-	for _, v := range x {
-		ss += float64(v) * float64(v)
-	}
-	inv := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
-	w = w[:len(x)]
-	out = out[:len(x)]
-	for i, v := range x {
-		out[i] = float32(v*inv) * w[i]
 	}
 }
 
@@ -285,28 +227,4 @@ func rope(x, cos, sin []float32) {
 		x1[i] = float32(a*c) - float32(b*sin[i])
 		x2[i] = float32(b*c) + float32(a*sin[i])
 	}
-}
-
-// softmax normalises scores in place, subtracting the maximum first so
-// that exp cannot overflow.
-func softmax(x []float32) {
-	mx := x[0]
-	for _, v := range x[1:] {
-		mx = max(mx, v)
-	}
-	var sum float32
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - mx)))
-		x[i] = e
-		sum += e
-	}
-	for i := range x {
-		x[i] /= sum
-	}
-}
-
-// silu is x·sigmoid(x), computed in float64 and rounded once.
-func silu(x float32) float32 {
-	v := float64(x)
-	return float32(v / (1 + math.Exp(-v)))
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"github.com/omnipd/omnipd/engine/kernel"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -451,9 +452,9 @@ func TestCapture(t *testing.T) {
 		case m.Config.NumLayers:
 			// The last layer's output, before the final norm: the logits follow from it.
 			x := make([]float32, m.Config.HiddenSize)
-			rmsNorm(x, cp.Hidden[len(tokens)-1], m.norm, m.Config.RMSNormEps)
+			kernel.RMSNorm(x, cp.Hidden[len(tokens)-1], m.norm, m.Config.RMSNormEps)
 			want := make([]float32, m.Config.VocabSize)
-			matVec(want, m.lmHead, x)
+			kernel.MatVec(want, m.lmHead, x)
 			if !bitsEqual(logits, want) {
 				t.Error("last-layer capture does not produce the logits through the final norm and lm_head")
 			}

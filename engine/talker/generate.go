@@ -3,6 +3,7 @@ package talker
 import (
 	"errors"
 	"fmt"
+	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -95,12 +96,12 @@ func (m *Model) Generate(c *Conditioning, s Segmenter, p Params, emit func(frame
 		}
 		copy(in, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
 		for j := 1; j < Codebooks; j++ {
-			add(in, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
+			kernel.Add(in, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
 		}
 		if step < len(pr.trailing) {
-			add(in, pr.trailing[step])
+			kernel.Add(in, pr.trailing[step])
 		} else {
-			add(in, pr.pad)
+			kernel.Add(in, pr.pad)
 			padInputs++
 		}
 		hid = st.forward(in)
@@ -118,10 +119,10 @@ func (m *Model) firstCode(smp *sampler, hid []float32, forceStop bool) int {
 	}
 	h := m.Config.Hidden
 	x := make([]float32, h)
-	rmsNorm(x, hid, m.norm, m.Config.RMSNormEps)
+	kernel.RMSNorm(x, hid, m.norm, m.Config.RMSNormEps)
 	logits := make([]float32, CodebookSize+1) // codes, then the stop code
-	matVec(logits[:CodebookSize], m.codecHead[:CodebookSize*h], x)
-	logits[CodebookSize] = dot(m.codecHead[StopCode*h:(StopCode+1)*h], x)
+	kernel.MatVec(logits[:CodebookSize], m.codecHead[:CodebookSize*h], x)
+	logits[CodebookSize] = kernel.Dot(m.codecHead[StopCode*h:(StopCode+1)*h], x)
 	id := smp.sample(logits)
 	if id == CodebookSize {
 		return StopCode
@@ -138,14 +139,14 @@ func (m *Model) predict(smp *sampler, hid []float32, frame []int) {
 	h := m.Config.Hidden
 	s := slices.Clone(hid)
 	logits := make([]float32, CodebookSize)
-	add(s, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
+	kernel.Add(s, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
 	for j := 1; j < Codebooks; j++ {
 		x := make([]float32, h)
-		rmsNorm(x, s, m.predNorm, m.Config.RMSNormEps)
-		matVec(logits, m.predHead[j-1], x)
+		kernel.RMSNorm(x, s, m.predNorm, m.Config.RMSNormEps)
+		kernel.MatVec(logits, m.predHead[j-1], x)
 		frame[j] = smp.sample(logits)
 		copy(s, x)
-		add(s, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
+		kernel.Add(s, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
 	}
 }
 
@@ -243,12 +244,12 @@ func (st *state) forward(in []float32) []float32 {
 	copy(st.x, in)
 	for l := range m.layers {
 		w := &m.layers[l]
-		rmsNorm(st.nrm, st.x, w.inNorm, c.RMSNormEps)
+		kernel.RMSNorm(st.nrm, st.x, w.inNorm, c.RMSNormEps)
 		k := make([]float32, qd)
 		v := make([]float32, qd)
-		matVec(st.q, w.q, st.nrm)
-		matVec(k, w.k, st.nrm)
-		matVec(v, w.v, st.nrm)
+		kernel.MatVec(st.q, w.q, st.nrm)
+		kernel.MatVec(k, w.k, st.nrm)
+		kernel.MatVec(v, w.v, st.nrm)
 		for hh := range c.Heads {
 			st.rope(st.q[hh*hd : (hh+1)*hd])
 			st.rope(k[hh*hd : (hh+1)*hd])
@@ -261,25 +262,25 @@ func (st *state) forward(in []float32) []float32 {
 		for hh := range c.Heads {
 			q := st.q[hh*hd : (hh+1)*hd]
 			for t := range n {
-				st.scores[t] = float32(dot(q, st.k[l][t*qd+hh*hd:t*qd+(hh+1)*hd]) * inv)
+				st.scores[t] = float32(kernel.Dot(q, st.k[l][t*qd+hh*hd:t*qd+(hh+1)*hd]) * inv)
 			}
-			softmax(st.scores)
+			kernel.Softmax(st.scores)
 			out := st.att[hh*hd : (hh+1)*hd]
 			clear(out)
 			for t := range n {
-				axpy(out, st.scores[t], st.v[l][t*qd+hh*hd:t*qd+(hh+1)*hd])
+				kernel.Axpy(out, st.scores[t], st.v[l][t*qd+hh*hd:t*qd+(hh+1)*hd])
 			}
 		}
-		matVec(st.tmp, w.o, st.att)
-		add(st.x, st.tmp)
-		rmsNorm(st.nrm, st.x, w.postNorm, c.RMSNormEps)
-		matVec(st.gate, w.gate, st.nrm)
-		matVec(st.up, w.up, st.nrm)
+		kernel.MatVec(st.tmp, w.o, st.att)
+		kernel.Add(st.x, st.tmp)
+		kernel.RMSNorm(st.nrm, st.x, w.postNorm, c.RMSNormEps)
+		kernel.MatVec(st.gate, w.gate, st.nrm)
+		kernel.MatVec(st.up, w.up, st.nrm)
 		for i, g := range st.gate {
-			st.gate[i] = float32(silu(g) * st.up[i])
+			st.gate[i] = float32(kernel.SiLU(g) * st.up[i])
 		}
-		matVec(st.tmp, w.down, st.gate)
-		add(st.x, st.tmp)
+		kernel.MatVec(st.tmp, w.down, st.gate)
+		kernel.Add(st.x, st.tmp)
 	}
 	st.pos++
 	return st.x
@@ -296,84 +297,4 @@ func (st *state) rope(x []float32) {
 		x[i] = float32(a*c) - float32(b*s)
 		x[i+half] = float32(b*c) + float32(a*s)
 	}
-}
-
-// dot is the one reduction every product goes through; four accumulators
-// in a fixed order keep results identical across runs and architectures.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += float32(a[i] * b[i])
-		s1 += float32(a[i+1] * b[i+1])
-		s2 += float32(a[i+2] * b[i+2])
-		s3 += float32(a[i+3] * b[i+3])
-	}
-	for ; i < len(a); i++ {
-		s0 += float32(a[i] * b[i])
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// matVec sets out = W·x for W row-major [len(out)][len(x)].
-func matVec(out, w, x []float32) {
-	in := len(x)
-	w = w[:len(out)*in]
-	for r := range out {
-		out[r] = dot(w[r*in:(r+1)*in], x)
-	}
-}
-
-func axpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += float32(a * x[i])
-	}
-}
-
-func add(y, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += x[i]
-	}
-}
-
-func scale(y []float32, a float32) {
-	for i := range y {
-		y[i] = float32(y[i] * a)
-	}
-}
-
-// rmsNorm sets out = x / sqrt(mean(x²) + eps) · w, accumulating in float64.
-func rmsNorm(out, x, w []float32, eps float64) {
-	var ss float64
-	for _, v := range x {
-		ss += float64(v) * float64(v)
-	}
-	inv := float32(1 / math.Sqrt(ss/float64(len(x))+eps))
-	for i, v := range x {
-		out[i] = float32(v*inv) * w[i]
-	}
-}
-
-func softmax(x []float32) {
-	mx := x[0]
-	for _, v := range x[1:] {
-		mx = max(mx, v)
-	}
-	var sum float32
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - mx)))
-		x[i] = e
-		sum += e
-	}
-	for i := range x {
-		x[i] /= sum
-	}
-}
-
-func silu(x float32) float32 {
-	v := float64(x)
-	return float32(v / (1 + math.Exp(-v)))
 }

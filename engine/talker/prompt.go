@@ -3,6 +3,7 @@ package talker
 import (
 	"errors"
 	"fmt"
+	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"slices"
 )
@@ -250,7 +251,7 @@ func (m *Model) buildPrompt(c *Conditioning, p *plan, mm []int) *prompt {
 	h := m.Config.Hidden
 	text := func(x []float32) []float32 {
 		out := make([]float32, h)
-		matVec(out, m.textProj, x)
+		kernel.MatVec(out, m.textProj, x)
 		return out
 	}
 	pr := &prompt{pad: text(c.TTSPad)}
@@ -258,7 +259,7 @@ func (m *Model) buildPrompt(c *Conditioning, p *plan, mm []int) *prompt {
 		for i := u.start; i < u.end; i++ {
 			if slices.Contains(mm, c.TokenIDs[i]) {
 				out := make([]float32, h)
-				matVec(out, m.hiddenProj, c.Hidden[i])
+				kernel.MatVec(out, m.hiddenProj, c.Hidden[i])
 				pr.rows = append(pr.rows, out)
 			} else {
 				pr.rows = append(pr.rows, text(c.Embed[i]))
@@ -268,9 +269,9 @@ func (m *Model) buildPrompt(c *Conditioning, p *plan, mm []int) *prompt {
 	a := p.assistant
 	role := make([]float32, h)
 	for i := a.start + 1; i < a.start+p.header-1; i++ {
-		add(role, text(c.Embed[i]))
+		kernel.Add(role, text(c.Embed[i]))
 	}
-	scale(role, 1/float32(p.header-2))
+	kernel.Scale(role, 1/float32(p.header-2))
 	reply0 := make([]float32, h)
 	first := a.start + p.header
 	if first < a.end {
@@ -285,7 +286,7 @@ func (m *Model) buildPrompt(c *Conditioning, p *plan, mm []int) *prompt {
 	for i, t := range textRows {
 		row := slices.Clone(t)
 		if codec[i] >= 0 {
-			add(row, m.codecEmbed[codec[i]*h:(codec[i]+1)*h])
+			kernel.Add(row, m.codecEmbed[codec[i]*h:(codec[i]+1)*h])
 		}
 		pr.rows = append(pr.rows, row)
 	}

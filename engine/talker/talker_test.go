@@ -2,6 +2,7 @@ package talker
 
 import (
 	"errors"
+	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"slices"
 	"testing"
@@ -204,7 +205,7 @@ func TestStopCode(t *testing.T) {
 	h := cfg.Hidden
 	normed := func(k int) []float64 {
 		x := make([]float32, h)
-		rmsNorm(x, hiddenAt(t, base, c, full, k), base.norm, cfg.RMSNormEps)
+		kernel.RMSNorm(x, hiddenAt(t, base, c, full, k), base.norm, cfg.RMSNormEps)
 		v := make([]float64, h)
 		for i := range x {
 			v[i] = float64(x[i])
@@ -276,12 +277,12 @@ func hiddenAt(t *testing.T, m *Model, c *Conditioning, frames [][]int, k int) []
 	for step := range k {
 		in := slices.Clone(m.codecEmbed[frames[step][0]*h : (frames[step][0]+1)*h])
 		for j := 1; j < Codebooks; j++ {
-			add(in, m.predEmbed[j-1][frames[step][j]*h:(frames[step][j]+1)*h])
+			kernel.Add(in, m.predEmbed[j-1][frames[step][j]*h:(frames[step][j]+1)*h])
 		}
 		if step < len(pr.trailing) {
-			add(in, pr.trailing[step])
+			kernel.Add(in, pr.trailing[step])
 		} else {
-			add(in, pr.pad)
+			kernel.Add(in, pr.pad)
 		}
 		hid = st.forward(in)
 	}

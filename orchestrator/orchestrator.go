@@ -67,9 +67,8 @@ type Instance struct {
 	Client *stageclient.Client
 	Peer   kvconnector.Peer
 
-	inflight      atomic.Int64
-	ejectedUntil  atomic.Int64 // unix nanoseconds
-	consecutiveKO atomic.Int64
+	inflight     atomic.Int64
+	ejectedUntil atomic.Int64 // unix nanoseconds
 }
 
 // InFlight is the number of requests the orchestrator has on the instance.
@@ -114,11 +113,9 @@ func (p *Pool) pick(now time.Time, tried map[*Instance]bool) *Instance {
 
 func (in *Instance) eject(now time.Time) {
 	in.ejectedUntil.Store(now.Add(ejectFor).UnixNano())
-	in.consecutiveKO.Add(1)
 }
 
 func (in *Instance) ok() {
-	in.consecutiveKO.Store(0)
 	in.ejectedUntil.Store(0)
 }
 

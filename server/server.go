@@ -7,8 +7,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -88,7 +86,7 @@ func RequestID(ctx context.Context) string {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if !validRequestID(id) {
-		id = newRequestID()
+		id = openai.NewID("")
 	}
 	w.Header().Set("X-Request-Id", id)
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
@@ -105,12 +103,6 @@ func validRequestID(id string) bool {
 		}
 	}
 	return true
-}
-
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // handle adapts handlers that return errors: one place maps them to

@@ -7,8 +7,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,7 +144,7 @@ func (l engineLoad) KVCacheUsage() float64 {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if id == "" || len(id) > 256 {
-		id = newRequestID()
+		id = openai.NewID("")
 	}
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
@@ -158,12 +156,6 @@ type requestIDKey struct{}
 func requestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
-}
-
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // handle adapts a handler that returns an error: one place writes the

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -214,26 +213,11 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			return nil
 		},
 	})
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, pathName(contract), ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
-	drain, cancel := context.WithTimeout(context.Background(), o.drain)
-	defer cancel()
-	if err := hs.Shutdown(drain); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return serveHTTP(ctx, o.host, o.port, handler, o.drain, func(a net.Addr) {
+		fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, pathName(contract), a)
+	}, func() {
+		fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
+	})
 }
 
 // omniConfig reads the audio stages' settings from the deploy config: the

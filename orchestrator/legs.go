@@ -23,9 +23,8 @@ func prefillBody(req *Request, params map[string]any) ([]byte, error) {
 		prefillSampling(&c.SamplingParams)
 		delete(c.Extra, "min_completion_tokens")
 		c.KVTransferParams = params
-		if req.keep != nil {
-			thinkerExtras(c, req.keep.prefillKey, req.keep.layer)
-		}
+		key, layer := req.keep.prefill()
+		thinkerExtras(c, key, layer)
 		return marshal(c)
 	}
 	c := req.Completion.Clone()
@@ -55,9 +54,8 @@ func decodeBody(req *Request, params map[string]any) ([]byte, error) {
 	if req.Chat != nil {
 		c := req.Chat.Clone()
 		c.KVTransferParams = params
-		if req.keep != nil {
-			thinkerExtras(c, req.keep.thinkKey, req.keep.layer)
-		}
+		key, layer := req.keep.thinker()
+		thinkerExtras(c, key, layer)
 		return marshal(c)
 	}
 	c := req.Completion.Clone()

@@ -75,8 +75,25 @@ func (c *conditioning) handles() []stageapi.ConditioningHandle {
 	return append(hs, stageapi.ConditioningHandle{URL: c.thinkURL, Key: c.thinkKey})
 }
 
-// thinkerExtras marks a Thinker leg to keep its conditioning, and removes
-// the omni fields a text engine has no use for.
+// prefill and thinker name where a leg keeps its conditioning: no key (and
+// layer 0) when the request keeps none.
+func (c *conditioning) prefill() (string, int) {
+	if c == nil {
+		return "", 0
+	}
+	return c.prefillKey, c.layer
+}
+
+func (c *conditioning) thinker() (string, int) {
+	if c == nil {
+		return "", 0
+	}
+	return c.thinkKey, c.layer
+}
+
+// thinkerExtras prepares every chat Thinker leg: the omni fields a text
+// engine has no use for are removed, and with a key the leg is asked to
+// keep its conditioning.
 func thinkerExtras(c *openai.ChatCompletionRequest, key string, layer int) {
 	c.Modalities, c.Audio, c.Speaker = nil, nil, nil
 	if key == "" {

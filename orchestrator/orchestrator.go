@@ -71,9 +71,6 @@ type Instance struct {
 	ejectedUntil atomic.Int64 // unix nanoseconds
 }
 
-// InFlight is the number of requests the orchestrator has on the instance.
-func (in *Instance) InFlight() int64 { return in.inflight.Load() }
-
 // Pool is a stage's instances.
 type Pool struct {
 	Name      string

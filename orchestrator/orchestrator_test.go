@@ -104,7 +104,7 @@ func TestLegsFollowTheProtocol(t *testing.T) {
 	o := newOrch(t, pre, dec, "NixlConnector")
 	req := chatRequest(t, "req-1", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":50,"max_completion_tokens":40,
 		"stream":false,"n":1,"min_tokens":5,"stop":["x"],"stop_token_ids":[7],"temperature":0.7,"seed":3,"custom_field":{"kept":true},
-		"kv_transfer_params":{"do_remote_prefill":true}}`)
+		"modalities":["text"],"audio":{"format":"wav"},"kv_transfer_params":{"do_remote_prefill":true}}`)
 	res, err := o.Do(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +138,11 @@ func TestLegsFollowTheProtocol(t *testing.T) {
 	}
 	if d["max_tokens"] != 50.0 || d["min_tokens"] != 5.0 || d["stop"] == nil {
 		t.Errorf("the decode leg must be the client's request: %v", d)
+	}
+	for _, leg := range []map[string]any{p, d} {
+		if leg["modalities"] != nil || leg["audio"] != nil {
+			t.Errorf("omni fields reach a Thinker leg: %v %v", leg["modalities"], leg["audio"])
+		}
 	}
 	if pid != "req-1" || did != "req-1" {
 		t.Errorf("request ids %q and %q, want req-1 on both legs", pid, did)

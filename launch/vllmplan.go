@@ -177,6 +177,17 @@ func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
 	return plan, nil
 }
 
+// VLLMInstance is the vllm serve command PlanVLLM gives replica r (index
+// ri) of Thinker stage s when it listens on opts.Host at port: the
+// replica's engine id, KV port and devices go where PlanVLLM puts them.
+// It checks nothing PlanVLLM checks about the pipeline; call PlanVLLM for
+// that. Renderers for other targets build their instances from it, so that
+// every target passes an engine the same arguments.
+func VLLMInstance(s *deploy.Stage, ri int, r topology.Replica, port int, opts VLLMOptions) (VLLMCommand, error) {
+	args, _ := engineFlags(s)
+	return planInstance(s, ri, r, port, args, opts.withDefaults())
+}
+
 func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineArgs []string, opts VLLMOptions) (VLLMCommand, error) {
 	role := s.Role.String()
 	name := s.ModelStage

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/kube"
+)
+
+// The kubernetes target prints exactly the kube package's goldens, which
+// the apiserver test applies to a real kube-apiserver.
+func TestPlanKubernetesPrintsTheGolden(t *testing.T) {
+	for _, c := range []struct {
+		golden string
+		args   []string
+	}{
+		{"thinking_pd_nixl", nil},
+		{"thinking_pd_mooncake", []string{"--connector", "MooncakeConnector"}},
+		{"thinking_pd_nixl_deployment", []string{
+			"--workload", "deployment", "--namespace", "llm", "--name-prefix", "qwen-omni",
+			"--vllm-image", "vllm/vllm-openai:v0.19.0", "--image", "registry.example/omnipd:v1",
+		}},
+	} {
+		t.Run(c.golden, func(t *testing.T) {
+			args := append([]string{"plan", "--target", "kubernetes", "--pd", "--connector", "NixlConnector"}, c.args...)
+			code, out, errOut := run(t, append(args, fixtures+"qwen3_omni_moe_thinking.yaml")...)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+			want, err := os.ReadFile("../../kube/testdata/" + c.golden + ".yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("stdout differs from kube/testdata/%s.yaml:\n%s", c.golden, out)
+			}
+			objs, err := kube.ReadYAML(strings.NewReader(out))
+			if err != nil || len(objs) == 0 {
+				t.Errorf("stdout does not decode into objects: %v", err)
+			}
+		})
+	}
+}
+
+func TestPlanKubernetesImageFollowsVersion(t *testing.T) {
+	defer func(v string) { Version = v }(Version)
+	Version = "v1.2.3"
+	code, out, errOut := run(t, "plan", "--target", "kubernetes", "--pd", "--connector", "NixlConnector", fixtures+"qwen3_omni_moe_thinking.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "image: "+kube.DefaultImageRepository+":v1.2.3\n") {
+		t.Errorf("the orchestrator image is not this version's:\n%s", out)
+	}
+}
+
+func TestPlanKubernetesRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"talker", []string{"--pd", "--connector", "MooncakeConnector", fixtures + "qwen3_omni_moe.yaml"},
+			[]string{"needs Thinker conditioning", "qwen3_omni_moe_thinker", "omnipd serve"}},
+		{"unsplit thinker", []string{fixtures + "qwen3_omni_moe_thinking.yaml"},
+			[]string{"--pd", "--workload deployment"}},
+		{"host", []string{"--host", "0.0.0.0", "--pd", "--connector", "NixlConnector", fixtures + "qwen3_omni_moe_thinking.yaml"},
+			[]string{"--host is for --target vllm"}},
+		{"workload", []string{"--workload", "statefulset", "--pd", "--connector", "NixlConnector", fixtures + "qwen3_omni_moe_thinking.yaml"},
+			[]string{"statefulset", "deployment"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := run(t, append([]string{"plan", "--target", "kubernetes"}, c.args...)...)
+			if code == 0 {
+				t.Fatalf("exit 0, want an error; stdout:\n%s", out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q does not say %q", errOut, w)
+				}
+			}
+		})
+	}
+}
+
+// The vllm target is the default, and prints the launch package's golden.
+func TestPlanVLLMUnchanged(t *testing.T) {
+	code, out, errOut := run(t, "plan", "--pd", "--connector", "NixlConnector", fixtures+"qwen3_omni_moe_thinking.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	want, err := os.ReadFile("../../launch/testdata/vllm/thinking_pd_nixl.golden.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal([]byte(out), want) {
+		t.Errorf("stdout differs from launch/testdata/vllm/thinking_pd_nixl.golden.sh:\n%s", out)
+	}
+	if code, _, errOut := run(t, "plan", "--workload", "deployment", fixtures+"qwen3_omni_moe_thinking.yaml"); code == 0 || !strings.Contains(errOut, "--workload is for --target kubernetes") {
+		t.Errorf("--workload with --target vllm: exit %d, stderr %q", code, errOut)
+	}
+}

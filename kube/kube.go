@@ -1,0 +1,267 @@
+// Package kube renders a deploy config's text (thinker-only) topology as
+// Kubernetes objects: the vllm serve engines of the Thinker's prefill and
+// decode roles (one LWS DisaggregatedSet with a role each, or a Deployment
+// per role), a ClusterIP Service per role, and the omnipd orchestrator (a
+// Deployment, its Service, and a ConfigMap holding the omnipd deploy config
+// whose stage endpoints are the role Services). The engines get the same
+// vllm serve arguments and environment that omnipd plan --target vllm gives
+// them; only addresses change (see engine.go).
+//
+// Objects are built from the typed API structs of k8s.io/api and
+// sigs.k8s.io/lws and written as YAML. The package is pure: it contacts no
+// cluster, and the same config and options always give the same bytes.
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/topology"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Object is one rendered Kubernetes object: typed, with its apiVersion and
+// kind set.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Workload is the kind of object that runs a role's engine pods.
+type Workload string
+
+const (
+	// WorkloadDisaggregatedSet runs prefill and decode as the two named
+	// roles of one LWS DisaggregatedSet (sigs.k8s.io/lws), which rolls
+	// both out together. The cluster needs the LWS controller.
+	WorkloadDisaggregatedSet Workload = "disaggregatedset"
+	// WorkloadDeployment runs each role as a plain Deployment.
+	WorkloadDeployment Workload = "deployment"
+)
+
+// Defaults of Options, and the fixed ports of the rendered containers.
+const (
+	DefaultNamespace       = "default"
+	DefaultNamePrefix      = "omnipd"
+	DefaultImageRepository = "ghcr.io/omnipd/omnipd"
+	DefaultVLLMImage       = "vllm/vllm-openai:latest"
+	// EnginePort is the HTTP port of every vllm serve container.
+	EnginePort = 8000
+	// OrchestratorPort is the HTTP port of the omnipd container.
+	OrchestratorPort = 8000
+	// ConfigDir is where the omnipd container mounts its ConfigMap, and
+	// ConfigKey the file in it that omnipd serve --config reads.
+	ConfigDir = "/etc/omnipd"
+	ConfigKey = "deploy.yaml"
+)
+
+// Options say where and how the objects run. The zero value renders into
+// namespace "default" with names starting "omnipd", a DisaggregatedSet, and
+// the default images and model.
+type Options struct {
+	// Namespace of every object (default DefaultNamespace).
+	Namespace string
+	// NamePrefix starts every object's name (default DefaultNamePrefix).
+	// Several renderings with different prefixes can share a namespace.
+	NamePrefix string
+	// Image is the omnipd image (default DefaultImageRepository:latest).
+	Image string
+	// VLLMImage is the image of the engine containers; it must have vllm on
+	// its PATH (default DefaultVLLMImage).
+	VLLMImage string
+	// Model is the checkpoint every engine serves (default
+	// launch.DefaultVLLMModel).
+	Model string
+	// ServedModelName is the model name the engines and omnipd accept
+	// (default Model).
+	ServedModelName string
+	// Workload runs the engine pods (default WorkloadDisaggregatedSet).
+	Workload Workload
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.NamePrefix == "" {
+		o.NamePrefix = DefaultNamePrefix
+	}
+	if o.Image == "" {
+		o.Image = DefaultImageRepository + ":latest"
+	}
+	if o.VLLMImage == "" {
+		o.VLLMImage = DefaultVLLMImage
+	}
+	if o.Model == "" {
+		o.Model = launch.DefaultVLLMModel
+	}
+	if o.ServedModelName == "" {
+		o.ServedModelName = o.Model
+	}
+	if o.Workload == "" {
+		o.Workload = WorkloadDisaggregatedSet
+	}
+	if o.Workload != WorkloadDisaggregatedSet && o.Workload != WorkloadDeployment {
+		return o, fmt.Errorf("workload %q: want %s or %s", o.Workload, WorkloadDisaggregatedSet, WorkloadDeployment)
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return o, fmt.Errorf("namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
+	}
+	// Service names are the strictest names rendered (DNS-1035 labels).
+	if errs := validation.IsDNS1035Label(o.NamePrefix); len(errs) > 0 {
+		return o, fmt.Errorf("name prefix %q: %s", o.NamePrefix, strings.Join(errs, "; "))
+	}
+	return o, nil
+}
+
+// ErrNotRenderable is returned for topologies the Kubernetes target cannot
+// run as they are; the message says what to change. (Pipelines needing
+// the Talker or Code2Wav give launch.ErrNeedsThinkerConditioning, as the
+// vllm target does.)
+var ErrNotRenderable = errors.New("cannot render for Kubernetes")
+
+// Render builds the objects that run doc on Kubernetes, in the order to
+// apply them: the ConfigMap, the Services, the engine workloads, the
+// orchestrator Deployment.
+//
+// Only text (thinker-only) pipelines are rendered, for the reasons, and with
+// the advice, that launch.PlanVLLM gives. With WorkloadDisaggregatedSet the
+// Thinker must be split into prefill and decode (a pd: section or --pd).
+func Render(doc *deploy.Document, opts Options) ([]Object, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	// The vllm plan refuses what vllm serve cannot run; the same topology
+	// cannot run on Kubernetes either.
+	if _, err := launch.PlanVLLM(doc, opts.vllm()); err != nil {
+		return nil, err
+	}
+	roles, err := engineRoles(doc, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := omnipdConfig(doc, roles)
+	if err != nil {
+		return nil, err
+	}
+
+	objs := []Object{configMap(opts, cfg)}
+	for _, r := range roles {
+		objs = append(objs, r.service(opts))
+	}
+	objs = append(objs, orchestratorService(opts))
+	switch opts.Workload {
+	case WorkloadDisaggregatedSet:
+		objs = append(objs, disaggregatedSet(opts, roles))
+	case WorkloadDeployment:
+		for _, r := range roles {
+			objs = append(objs, r.deployment(opts))
+		}
+	}
+	objs = append(objs, orchestratorDeployment(opts, cfg))
+	return objs, nil
+}
+
+// Notes are what the operator should know about rendering doc: engine
+// arguments not passed on (as the vllm plan notes them), and connectors
+// that reach one pod of a role through its Service.
+func Notes(doc *deploy.Document, opts Options) ([]string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := launch.PlanVLLM(doc, opts.vllm())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkThinkerStages(doc, opts); err != nil {
+		return nil, err
+	}
+	// What remains of the vllm plan's notes is about engine arguments,
+	// which the pods get as the plan gives them.
+	notes := plan.Notes
+	for _, s := range doc.Stages {
+		if s.KV == nil || s.NumReplicas < 2 {
+			continue
+		}
+		if why, ok := serviceAddressed[s.KV.Connector]; ok {
+			notes = append(notes, fmt.Sprintf("stage %d: %d %s pods behind one Service: %s", s.ID, s.NumReplicas, s.Role, why))
+		}
+	}
+	return notes, nil
+}
+
+// serviceAddressed are connectors whose router-side handoff names an
+// engine's own side channel, which omnipd reaches through the role's
+// Service: with several pods in the role, the Service may pick another pod
+// than the one that served the HTTP leg.
+var serviceAddressed = map[string]string{
+	"MooncakeConnector": "the decode fetches the KV from the prefill's bootstrap server at the prefill Service, which is only right with one prefill pod",
+	"P2pNcclConnector":  "omnipd names each side's kv_ip:kv_port (the role Services) in the request id, which is only right with one pod per role",
+}
+
+func (o Options) vllm() launch.VLLMOptions {
+	return launch.VLLMOptions{
+		Model:           o.Model,
+		ServedModelName: o.ServedModelName,
+	}
+}
+
+// labels of every object of one component. The selector labels are the
+// ones a Service or Deployment matches on.
+func labels(o Options, name, component string) map[string]string {
+	l := selector(o, component)
+	l["app.kubernetes.io/name"] = name
+	l["app.kubernetes.io/managed-by"] = "omnipd"
+	return l
+}
+
+func selector(o Options, component string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/part-of":   o.NamePrefix,
+		"app.kubernetes.io/component": component,
+	}
+}
+
+func meta(o Options, name string, l map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: o.Namespace, Labels: l}
+}
+
+// serviceURL is the in-cluster base URL of Service name.
+func serviceURL(o Options, name string, port int) string {
+	return fmt.Sprintf("http://%s:%d", serviceHost(o, name), port)
+}
+
+func serviceHost(o Options, name string) string {
+	return name + "." + o.Namespace + ".svc"
+}
+
+// checkThinkerStages refuses what the Kubernetes target cannot lay out: a
+// Thinker replica that already runs elsewhere, and (for a
+// DisaggregatedSet) a Thinker that is not split into prefill and decode.
+func checkThinkerStages(doc *deploy.Document, opts Options) error {
+	var prefill, decode int
+	for _, s := range doc.Stages {
+		for i, r := range s.Replicas {
+			if r.Endpoint != "" {
+				return fmt.Errorf("%w: stage %d replica %d already runs at %s; the Kubernetes target runs every Thinker replica itself, so remove the stage's endpoints", ErrNotRenderable, s.ID, i, r.Endpoint)
+			}
+		}
+		switch s.Role {
+		case topology.RolePrefill:
+			prefill++
+		case topology.RoleDecode:
+			decode++
+		}
+	}
+	if opts.Workload == WorkloadDisaggregatedSet && (prefill != 1 || decode != 1) {
+		return fmt.Errorf("%w: a DisaggregatedSet runs the Thinker's prefill and decode roles, and this config does not split the Thinker; add a pd: section or --pd, or render --workload %s", ErrNotRenderable, WorkloadDeployment)
+	}
+	return nil
+}

@@ -7,6 +7,9 @@
 // One goroutine (Run) owns the scheduler state. Requests enter through
 // Submit and leave through their event channel; a cancelled context aborts
 // a request at the next step and frees its blocks.
+//
+// With Config.Simulate the engine skips the model and keeps the pace of a
+// modeled GPU instead (simulate.go), for benchmarks of the system around it.
 package engine
 
 import (
@@ -24,6 +27,7 @@ import (
 	"github.com/omnipd/omnipd/engine/kvcache"
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/sampler"
+	"github.com/omnipd/omnipd/engine/simulate"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 )
 
@@ -53,9 +57,27 @@ type Config struct {
 	// Parallelism is how many sequences are computed at once (default GOMAXPROCS).
 	Parallelism int
 	Logger      *slog.Logger
+	// Simulate, when set, runs the engine in simulate mode (simulate.go):
+	// no forward pass, each step timed by this latency profile. The
+	// profile's batching caps apply where MaxNumSeqs and
+	// MaxNumBatchedTokens are not set.
+	Simulate *simulate.Profile
+	// Clock times simulated steps and KV transfers (default: the wall clock).
+	Clock Clock
 }
 
 func (c Config) withDefaults() Config {
+	if p := c.Simulate; p != nil {
+		if c.MaxNumSeqs <= 0 {
+			c.MaxNumSeqs = p.MaxNumSeqs
+		}
+		if c.MaxNumBatchedTokens <= 0 {
+			c.MaxNumBatchedTokens = p.MaxNumBatchedTokens
+		}
+	}
+	if c.Clock == nil {
+		c.Clock = wallClock{}
+	}
 	if c.BlockSize <= 0 {
 		c.BlockSize = kvcache.DefaultBlockSize
 	}
@@ -142,6 +164,7 @@ type Engine struct {
 	tok   *tokenizer.Tokenizer
 	cfg   Config
 	cache *kvcache.Cache
+	sim   *simulation // nil unless in simulate mode
 
 	submit chan *sequence
 	wake   chan struct{}
@@ -164,7 +187,7 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return &Engine{
+	e := &Engine{
 		model:  m,
 		tok:    tok,
 		cfg:    cfg,
@@ -172,7 +195,13 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 		submit: make(chan *sequence, 256),
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
-	}, nil
+	}
+	if cfg.Simulate != nil {
+		if e.sim, err = newSimulation(cfg.Simulate, cfg.Clock, m, tok); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	return e, nil
 }
 
 // Model returns the served model.
@@ -223,6 +252,7 @@ type sequence struct {
 	cached    int // prompt positions imported
 	capture   *model.Capture
 	firstAt   time.Time
+	simKey    uint64 // what simulated tokens hash, in simulate mode
 
 	text    strings.Builder // all text so far, for stop strings
 	emitted int             // bytes of text already sent
@@ -273,6 +303,9 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	if req.CaptureLayer > 0 {
 		s.capture = &model.Capture{Layer: req.CaptureLayer}
 	}
+	if e.sim != nil {
+		s.simKey = e.sim.key(req)
+	}
 	select {
 	case e.submit <- s:
 	case <-e.done:
@@ -293,10 +326,11 @@ func (e *Engine) Run(ctx context.Context) {
 		if !e.intake(ctx) {
 			return
 		}
-		if !e.step() {
+		if !e.step(ctx) {
 			// Nothing could run: every waiting sequence needs blocks that
 			// are held elsewhere (running sequences, leased exports). Wait
 			// for a change rather than spin.
+			e.simIdle()
 			select {
 			case s := <-e.submit:
 				e.waiting = append(e.waiting, s)
@@ -336,6 +370,7 @@ func (e *Engine) intake(ctx context.Context) bool {
 		if len(e.running) > 0 || e.anyReady() {
 			return true
 		}
+		e.simIdle()
 		select {
 		case s := <-e.submit:
 			e.waiting = append(e.waiting, s)
@@ -413,7 +448,7 @@ func (e *Engine) finishImport(s *sequence, r importResult) bool {
 
 // step admits waiting sequences, computes one batch and handles its
 // results. It reports whether anything was computed.
-func (e *Engine) step() bool {
+func (e *Engine) step(ctx context.Context) bool {
 	e.dropCancelled()
 	e.admit()
 	batch := e.schedule()
@@ -421,7 +456,9 @@ func (e *Engine) step() bool {
 		e.publish()
 		return false
 	}
+	start := e.simBegin()
 	e.compute(batch)
+	e.simEnd(ctx, start, batch)
 	for _, w := range batch {
 		e.advance(w)
 	}
@@ -520,7 +557,7 @@ func (e *Engine) startImport(s *sequence) {
 	s.cancelImport = cancel
 	go func() {
 		defer cancel()
-		n, err := s.req.Import(ctx, dst)
+		n, err := e.importKV(ctx, s, dst)
 		s.imported <- importResult{numTokens: n, err: err}
 		select {
 		case e.wake <- struct{}{}:
@@ -601,6 +638,10 @@ func (e *Engine) preempt(s *sequence) {
 // Each sequence is computed alone, so its results do not depend on the
 // batch.
 func (e *Engine) compute(batch []*work) {
+	if e.sim != nil {
+		e.simCompute(batch)
+		return
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, e.cfg.Parallelism)
 	for _, w := range batch {
@@ -625,7 +666,12 @@ func (e *Engine) advance(w *work) {
 	if s.computed < len(s.tokens) {
 		return // more prompt to compute
 	}
-	tok := s.sampler.Sample(w.logits, s.tokens[:s.promptLen], s.tokens[s.promptLen:])
+	var tok int
+	if e.sim != nil {
+		tok = e.sim.token(s)
+	} else {
+		tok = s.sampler.Sample(w.logits, s.tokens[:s.promptLen], s.tokens[s.promptLen:])
+	}
 	s.tokens = append(s.tokens, tok)
 	e.generated.Add(1)
 	generated := len(s.tokens) - s.promptLen

@@ -26,7 +26,9 @@ type Series struct {
 // ticks, grid, axis labels, a title and a legend.
 type Chart struct {
 	Title, XLabel, YLabel string
-	Series                []Series
+	// Subtitle is an optional smaller line under the title.
+	Subtitle string
+	Series   []Series
 	// YMax fixes the top of the y axis (1 for a CDF); 0 fits the data.
 	YMax float64
 }
@@ -36,11 +38,12 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 const (
 	chartW, chartH           = 820, 480
-	plotL, plotT             = 84, 52
+	plotL, plotT             = 84, 62
 	plotR, plotB             = chartW - 210, chartH - 64
 	plotWidth, plotHeight    = plotR - plotL, plotB - plotT
 	legendX                  = plotR + 18
 	maxTicks, maxStepsPerCDF = 8, 1000
+	maxLegendRunes           = 24
 )
 
 // SVG renders the chart. Axes start at 0 when the data is non-negative.
@@ -75,7 +78,10 @@ func (c Chart) SVG() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Helvetica, Arial, sans-serif">`+"\n", chartW, chartH, chartW, chartH)
 	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="white"/>`+"\n", chartW, chartH)
-	text(&b, chartW/2, 30, "middle", 17, "bold", "", c.Title)
+	text(&b, chartW/2, 28, "middle", 17, "bold", "", c.Title)
+	if c.Subtitle != "" {
+		text(&b, chartW/2, 45, "middle", 12, "", "", c.Subtitle)
+	}
 	// Grid and ticks.
 	b.WriteString(`<g class="grid" stroke="#e3e3e3" stroke-width="1">` + "\n")
 	for _, t := range xt {
@@ -109,7 +115,8 @@ func (c Chart) SVG() []byte {
 		text(&b, (plotL+plotR)/2, (plotT+plotB)/2, "middle", 15, "", "", "no data")
 	}
 	// Lines, clipped to the plot area.
-	fmt.Fprintf(&b, `<clipPath id="plot"><rect x="%d" y="%d" width="%d" height="%d"/></clipPath>`+"\n", plotL, plotT-2, plotWidth+2, plotHeight+2)
+	// The clip leaves room for markers on the plot's edges.
+	fmt.Fprintf(&b, `<clipPath id="plot"><rect x="%d" y="%d" width="%d" height="%d"/></clipPath>`+"\n", plotL-6, plotT-6, plotWidth+12, plotHeight+12)
 	b.WriteString(`<g class="series" clip-path="url(#plot)">` + "\n")
 	for _, s := range c.Series {
 		color := s.color()
@@ -149,7 +156,7 @@ func (c Chart) SVG() []byte {
 			dash = ` stroke-dasharray="7 4"`
 		}
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>`+"\n", legendX, y, legendX+26, y, s.color(), dash)
-		text(&b, legendX+34, y+4, "start", 12, "", "", s.Name)
+		text(&b, legendX+34, y+4, "start", 12, "", "", shorten(s.Name, maxLegendRunes))
 	}
 	b.WriteString("</g>\n</svg>\n")
 	return b.Bytes()
@@ -173,6 +180,15 @@ func text[X, Y int | float64](b *bytes.Buffer, x X, y Y, anchor string, size int
 	b.WriteString(">")
 	_ = xml.EscapeText(b, []byte(s))
 	b.WriteString("</text>\n")
+}
+
+// shorten cuts s to n runes, ending in an ellipsis when cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -349,12 +365,12 @@ func (r *Report) charts() []namedChart {
 		}
 		return ys
 	}
-	goodName := "goodput (no SLO set)"
-	if !r.Settings.SLO.IsZero() {
-		goodName = "goodput (" + r.Settings.SLO.String() + ")"
+	sub := "goodput: requests per second within SLO " + r.Settings.SLO.String()
+	if r.Settings.SLO.IsZero() {
+		sub = "no SLO set: goodput counts every completed request"
 	}
-	good := Chart{Title: "Goodput and throughput vs " + suffix, XLabel: axis, YLabel: "requests per second", Series: []Series{
-		{Name: goodName, X: xs, Y: pick(func(s *Summary) float64 { return s.Goodput }), Markers: true, Shade: 2},
+	good := Chart{Title: "Goodput and throughput vs " + suffix, Subtitle: sub, XLabel: axis, YLabel: "requests per second", Series: []Series{
+		{Name: "goodput", X: xs, Y: pick(func(s *Summary) float64 { return s.Goodput }), Markers: true, Shade: 2},
 		{Name: "request throughput", X: xs, Y: pick(func(s *Summary) float64 { return s.RequestThroughput }), Markers: true, Dashed: true, Shade: 0},
 	}}
 	if !r.Settings.SweepConcurrency {

@@ -84,11 +84,10 @@ func (p *Progress) done(ok, canceled bool) {
 		p.failed++
 	}
 	if !p.tty && p.total > 0 {
-		if tenth := 10 * p.finished / p.total; tenth > p.tenth {
+		// A line per tenth of the run, but not more than one a second.
+		if tenth := 10 * p.finished / p.total; tenth > p.tenth && p.finished < p.total && time.Since(p.lastLine) >= time.Second {
 			p.tenth = tenth
-			if p.finished < p.total {
-				p.writeLocked(false)
-			}
+			p.writeLocked(false)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,20 +57,20 @@ type Record struct {
 // pure, fed the time of each event since the request was sent.
 type streamParser struct {
 	rec    *Record
-	chat   bool
 	audio  bool
 	format string
 
-	firstText, lastText    time.Duration
-	lastChoice             time.Duration
-	firstAudio, lastAudio  time.Duration
-	samples, rate          int
-	outputTokens           int
-	outputReported, failed bool
+	firstText, lastText   time.Duration
+	lastChoice            time.Duration
+	firstAudio, lastAudio time.Duration
+	samples, rate         int
+	align, pending        int // WAV frame size and bytes of a partial frame
+	outputTokens          int
+	outputReported        bool
 }
 
 func newStreamParser(rec *Record, t Target) *streamParser {
-	return &streamParser{rec: rec, chat: t.Endpoint != EndpointCompletions, audio: t.Audio, format: t.audioFormat(), rate: audio.SampleRate}
+	return &streamParser{rec: rec, audio: t.Audio, format: t.audioFormat(), rate: audio.SampleRate}
 }
 
 // chunk is the union of what chat and completions stream events carry.
@@ -155,17 +157,82 @@ func (p *streamParser) audioPacket(b64 string) error {
 		}
 		p.samples += len(raw) / 2
 	default:
-		samples, rate, channels, err := audio.DecodeWAV(raw)
+		frames, err := p.wavFrames(raw)
 		if err != nil {
 			return err
 		}
-		if p.samples > 0 && rate != p.rate {
-			return fmt.Errorf("sample rate changed from %d to %d Hz", p.rate, rate)
-		}
-		p.rate = rate
-		p.samples += len(samples) / channels
+		p.samples += frames
 	}
 	return nil
+}
+
+// wavFrames counts the sample frames of one packet of a WAV stream. A
+// packet is usually a whole small WAV file (omnipd and vllm-omni send them
+// so); a server may instead split one WAV across packets, its header (with a
+// provisional length) in the first and bare samples after, so a packet
+// without a RIFF header continues the format of the last header seen.
+func (p *streamParser) wavFrames(raw []byte) (int, error) {
+	if samples, rate, channels, err := audio.DecodeWAV(raw); err == nil {
+		if err := p.setFormat(rate, 2*channels); err != nil {
+			return 0, err
+		}
+		return len(samples) / channels, nil
+	}
+	if bytes.HasPrefix(raw, []byte("RIFF")) {
+		rate, align, data, err := wavHeader(raw)
+		if err != nil {
+			return 0, err
+		}
+		if err := p.setFormat(rate, align); err != nil {
+			return 0, err
+		}
+		raw = data
+	} else if p.align == 0 {
+		return 0, errors.New("neither a WAV file nor the continuation of one")
+	}
+	p.pending += len(raw)
+	frames := p.pending / p.align
+	p.pending %= p.align
+	return frames, nil
+}
+
+func (p *streamParser) setFormat(rate, align int) error {
+	if p.align != 0 && (rate != p.rate || align != p.align) {
+		return fmt.Errorf("the audio format changed mid-stream (%d Hz, %d-byte frames after %d Hz, %d-byte frames)", rate, align, p.rate, p.align)
+	}
+	p.rate, p.align = rate, align
+	return nil
+}
+
+// wavHeader reads a streamed WAV's header leniently: the fmt chunk's rate
+// and block alignment, and whatever bytes follow the data chunk's header
+// (its declared size may be provisional).
+func wavHeader(b []byte) (rate, align int, data []byte, err error) {
+	le := binary.LittleEndian
+	if len(b) < 12 || string(b[8:12]) != "WAVE" {
+		return 0, 0, nil, errors.New("not a RIFF/WAVE file")
+	}
+	for off := 12; off+8 <= len(b); {
+		id, size := string(b[off:off+4]), int(le.Uint32(b[off+4:]))
+		body := off + 8
+		switch id {
+		case "fmt ":
+			if len(b)-body < 16 {
+				return 0, 0, nil, errors.New("truncated fmt chunk")
+			}
+			rate, align = int(le.Uint32(b[body+4:])), int(le.Uint16(b[body+12:]))
+		case "data":
+			if rate <= 0 || align <= 0 {
+				return 0, 0, nil, errors.New("data before a valid fmt chunk")
+			}
+			return rate, align, b[body:], nil
+		}
+		if size < 0 || size > len(b)-body {
+			break
+		}
+		off = body + size + size%2
+	}
+	return 0, 0, nil, errors.New("no data chunk in the WAV header")
 }
 
 // whole measures a response that arrived as one JSON body (a server that

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -183,4 +184,33 @@ func sameRecord(a, b Record) bool {
 	ok := near(a.TPOTMS, b.TPOTMS) && near(a.TTFTMS, b.TTFTMS) && near(a.E2EMS, b.E2EMS)
 	a.TPOTMS, b.TPOTMS, a.TTFTMS, b.TTFTMS, a.E2EMS, b.E2EMS = 0, 0, 0, 0, 0, 0
 	return itl && ok && fmt.Sprint(a) == fmt.Sprint(b)
+}
+
+// One WAV split across packets: the header, with a provisional length, in
+// the first; bare samples, cut anywhere, after it.
+func TestStreamParserSplitWAV(t *testing.T) {
+	samples := make([]float32, 24000) // one second
+	whole := audio.EncodeWAV(samples)
+	header := append([]byte(nil), whole[:44]...)
+	binary.LittleEndian.PutUint32(header[4:], 0xFFFFFFFF)
+	binary.LittleEndian.PutUint32(header[40:], 0xFFFFFFFF)
+	pcm := whole[44:]
+	packets := [][]byte{append(header, pcm[:1001]...), pcm[1001:30001], pcm[30001:]}
+	var rec Record
+	p := newStreamParser(&rec, Target{Audio: true})
+	_ = p.event(msd(5), []byte(`{"modality":"text","choices":[{"delta":{"content":"x"}}]}`))
+	for i, pk := range packets {
+		ev := `{"modality":"audio","choices":[{"delta":{"content":"` + base64.StdEncoding.EncodeToString(pk) + `"}}]}`
+		if err := p.event(msd(float64(100*(i+1))), []byte(ev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.finish(); err != nil || !near(rec.AudioDurationS, 1) || rec.AudioChunks != 3 || !near(rec.AudioRTF, 0.3) {
+		t.Errorf("%v %+v", err, rec)
+	}
+	var bare Record
+	q := newStreamParser(&bare, Target{Audio: true})
+	if err := q.event(0, []byte(`{"modality":"audio","choices":[{"delta":{"content":"AAAA"}}]}`)); err == nil || !strings.Contains(err.Error(), "neither a WAV") {
+		t.Errorf("bare samples with no header before them: %v", err)
+	}
 }

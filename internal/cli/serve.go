@@ -57,7 +57,7 @@ every stage is.`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return serve(cmd.Context(), doc, serveOptions{
 				host: host, port: port, drain: drainTimeout, model: modelName,
-				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(),
+				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(), simulate: cmd.Flag("simulate").Value.String(),
 			})
 		},
 	}
@@ -69,6 +69,7 @@ every stage is.`,
 	f.BoolVar(&pd, "pd", true, "disaggregate the Thinker into prefill and decode (false: one colocated Thinker stage)")
 	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
+	f.String("simulate", "", simulateUsage("every Thinker worker omnipd starts"))
 	return cmd
 }
 
@@ -77,11 +78,16 @@ type serveOptions struct {
 	port           int
 	drain          time.Duration
 	out, workerLog io.Writer
+	simulate       string
 	log            *slog.Logger
 }
 
 // serve starts what the topology needs and serves until ctx ends.
 func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
+	simulateArg, err := simulateWorkerArg(o.simulate)
+	if err != nil {
+		return err
+	}
 	secret, err := newSecret()
 	if err != nil {
 		return err
@@ -122,6 +128,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					}
 				} else {
 					spec.Args = []string{"--stage", s.ModelStage}
+				}
+				if s.ModelStage == "thinker" && simulateArg != "" {
+					spec.Args = append(spec.Args, "--simulate", simulateArg)
 				}
 				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, spec.Name)
 				w, err := launch.Supervise(exe, spec, o.workerLog, progress)

@@ -27,6 +27,7 @@ func newWorkerCmd() *cobra.Command {
 		port                                        int
 		ecfg                                        engine.Config
 	)
+	var simulateProfile string
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
 		Short: "Serve one reference engine with vLLM's OpenAI-compatible API",
@@ -60,6 +61,18 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 			if err != nil {
 				return err
 			}
+			if ecfg.Simulate, err = loadSimulation(simulateProfile); err != nil {
+				return err
+			}
+			if p := ecfg.Simulate; p != nil {
+				// The profile's caps model the GPU's engine; explicit flags win.
+				if p.MaxNumSeqs > 0 && !cmd.Flags().Changed("max-num-seqs") {
+					ecfg.MaxNumSeqs = p.MaxNumSeqs
+				}
+				if p.MaxNumBatchedTokens > 0 && !cmd.Flags().Changed("max-num-batched-tokens") {
+					ecfg.MaxNumBatchedTokens = p.MaxNumBatchedTokens
+				}
+			}
 			ecfg.Logger = log
 			eng, err := engine.New(m, tok, ecfg)
 			if err != nil {
@@ -76,7 +89,7 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 				return err
 			}
 			defer srv.Close()
-			log.Info("thinker worker", "kv_side_channel", srv.KVAddr(), "model", name)
+			log.Info("thinker worker", "kv_side_channel", srv.KVAddr(), "model", name, "simulate", simulationName(ecfg.Simulate))
 			return serveHandler(ctx, host, port, srv, log, "thinker")
 		},
 	}
@@ -92,6 +105,7 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 	f.IntVar(&ecfg.NumBlocks, "num-blocks", 4096, "KV cache size in blocks")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
+	f.StringVar(&simulateProfile, "simulate", "", simulateUsage("the Thinker engine"))
 	return cmd
 }
 

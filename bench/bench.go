@@ -130,7 +130,7 @@ func (c *Config) defaults() error {
 		c.Load.Burstiness = 1
 	}
 	if c.Client == nil {
-		c.Client = NewHTTPClient(connsFor(c.Load))
+		c.Client = ClientFor(c.Load)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -145,8 +145,17 @@ func (c *Config) defaults() error {
 // server's logs.
 func newRunID() string { return "bench-" + openai.NewID("")[:8] }
 
-// connsFor is how many requests a load may have in flight at once, for
-// sizing the connection pool.
+// ClientFor is NewHTTPClient with room for every request the loads may
+// have in flight at once.
+func ClientFor(loads ...Load) *http.Client {
+	conns := 0
+	for _, l := range loads {
+		conns = max(conns, connsFor(l))
+	}
+	return NewHTTPClient(conns)
+}
+
+// connsFor is how many requests a load may have in flight at once.
 func connsFor(l Load) int {
 	switch {
 	case l.Closed():
@@ -187,6 +196,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func Sweep(ctx context.Context, cfg Config, loads []Load) ([]*Result, error) {
 	if cfg.RunID == "" {
 		cfg.RunID = newRunID()
+	}
+	if cfg.Client == nil {
+		cfg.Client = ClientFor(loads...)
 	}
 	var out []*Result
 	for i, l := range loads {

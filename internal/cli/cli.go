@@ -49,6 +49,7 @@ deploy configs as they are written.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newChatCmd(), newValidateCmd(), newExpandCmd(), newPlanCmd(), newWorkerCmd(), newVersionCmd())
+	root.AddCommand(newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,328 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/omnipd/omnipd/bench"
+	"github.com/spf13/cobra"
+)
+
+type benchOptions struct {
+	baseURL, model, apiKey         string
+	endpoint, modalities, audioFmt string
+	dataset, datasetPath           string
+	inputLen, outputLen            int
+	seed                           uint64
+	numPrompts, warmup             int
+	duration, timeout              time.Duration
+	requestRate                    string
+	burstiness                     float64
+	concurrency, maxConcurrency    int
+	slo, sweep                     string
+	sweepConcurrency, ignoreEOS    bool
+	outputJSON, plotDir            string
+	quiet, verbose                 bool
+	ignoreEOSSet, rateSet          bool
+}
+
+func newBenchCmd() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench [--base-url URL] [--dataset random|sharegpt] [--request-rate R | --concurrency C] [flags]",
+		Short: "Load-test an OpenAI-compatible server and report TTFT, TPOT, ITL, E2E, audio TTFP/RTF and goodput",
+		Long: `bench is omnipd's counterpart of vllm bench serve. It streams chat (or
+completions) requests to a running server, in an open loop at --request-rate
+(Poisson, or gamma with --burstiness) or a closed loop of --concurrency
+clients, for --num-prompts requests or --duration, and reports per-request
+latencies (TTFT, TPOT, ITL, E2E; audio time to first packet and real-time
+factor with --modalities text,audio), throughput and goodput against --slo.
+--sweep runs the workload at several rates (or concurrencies). Results go to
+stdout as Markdown, with --output-json and --plot-dir (SVG) for more.
+Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.ignoreEOSSet = cmd.Flags().Changed("ignore-eos")
+			o.rateSet = cmd.Flags().Changed("request-rate")
+			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.baseURL, "base-url", "http://127.0.0.1:8000", "the server's base URL")
+	f.StringVar(&o.model, "model", "", "model to request (default: the first one /v1/models lists)")
+	f.StringVar(&o.apiKey, "api-key", "", "API key, sent as a bearer token (default $OMNIPD_API_KEY or $OPENAI_API_KEY)")
+	f.StringVar(&o.endpoint, "endpoint", bench.EndpointChat, "chat (/v1/chat/completions) or completions (/v1/completions)")
+	f.StringVar(&o.modalities, "modalities", "text", `"text", or "text,audio" to ask for speech too and measure it`)
+	f.StringVar(&o.audioFmt, "audio-format", "wav", "audio format to ask for with --modalities text,audio: wav or pcm")
+	f.StringVar(&o.dataset, "dataset", "random", "random or sharegpt")
+	f.StringVar(&o.datasetPath, "dataset-path", "", "ShareGPT JSON file (--dataset sharegpt)")
+	f.IntVar(&o.inputLen, "input-len", 128, "random dataset: prompt length in tokens (about)")
+	f.IntVar(&o.outputLen, "output-len", 0, "random dataset: max_tokens (default 128); sharegpt: cap on each answer's length (default none)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed for prompts and arrivals; the same seed repeats the same workload")
+	f.IntVar(&o.numPrompts, "num-prompts", 0, "requests to measure (default 100 unless --duration is given)")
+	f.DurationVar(&o.duration, "duration", 0, "stop starting requests after this long (e.g. 60s)")
+	f.IntVar(&o.warmup, "warmup", 0, "requests sent before the measured ones and left out of every figure")
+	f.StringVar(&o.requestRate, "request-rate", "inf", "open loop: requests per second, or inf to send all at once")
+	f.Float64Var(&o.burstiness, "burstiness", 1, "open loop: gamma shape of arrival gaps; 1 is Poisson, <1 burstier, >1 steadier")
+	f.IntVar(&o.maxConcurrency, "max-concurrency", 0, "open loop: at most this many requests in flight (0: no cap)")
+	f.IntVar(&o.concurrency, "concurrency", 0, "closed loop: this many clients, each sending its next request when the last finished")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "per-request limit, stream included (0: none)")
+	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "ask for exactly max_tokens tokens (default true for random, false for sharegpt)")
+	f.StringVar(&o.slo, "slo", "", "goodput SLO, e.g. ttft=200ms,tpot=50ms,e2e=5s (also ttfp=, rtf=); bare numbers are ms")
+	f.StringVar(&o.sweep, "sweep", "", "run at each of these request rates, e.g. 1,2,4,8")
+	f.BoolVar(&o.sweepConcurrency, "sweep-concurrency", false, "--sweep values are closed-loop concurrencies instead of rates")
+	f.StringVar(&o.outputJSON, "output-json", "", "write settings, aggregates and every request to this JSON file")
+	f.StringVar(&o.plotDir, "plot-dir", "", "write SVG charts (latency CDFs; for sweeps, goodput, throughput and TTFT vs rate) here")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress on stderr")
+	f.BoolVar(&o.verbose, "verbose", false, "log every failed request to stderr")
+	return cmd
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// benchPlan is a validated benchmark: what to run and how to report it.
+type benchPlan struct {
+	cfg      bench.Config
+	loads    []bench.Load
+	settings bench.Settings
+}
+
+func (o benchOptions) plan() (*benchPlan, error) {
+	p := &benchPlan{}
+	if o.apiKey == "" {
+		// From the environment, so the key never shows in --help or ps.
+		o.apiKey = firstNonEmpty(os.Getenv("OMNIPD_API_KEY"), os.Getenv("OPENAI_API_KEY"))
+	}
+	t := bench.Target{BaseURL: o.baseURL, APIKey: o.apiKey, Model: o.model, Endpoint: o.endpoint, AudioFormat: o.audioFmt}
+	mods := strings.Split(strings.ReplaceAll(o.modalities, " ", ""), ",")
+	slices.Sort(mods)
+	switch strings.Join(mods, ",") {
+	case "text":
+	case "audio,text":
+		t.Audio = true
+	default:
+		return nil, fmt.Errorf("--modalities %q: want text or text,audio", o.modalities)
+	}
+	var ds bench.Dataset
+	outputLen := o.outputLen
+	switch o.dataset {
+	case "random":
+		if outputLen == 0 {
+			outputLen = 128
+		}
+		if o.inputLen < 1 || outputLen < 1 {
+			return nil, errors.New("--input-len and --output-len: want >= 1")
+		}
+		ds = bench.Random{InputLen: o.inputLen, OutputLen: outputLen, Seed: o.seed}
+		t.IgnoreEOS = !o.ignoreEOSSet || o.ignoreEOS
+	case "sharegpt":
+		if o.datasetPath == "" {
+			return nil, errors.New("--dataset sharegpt needs --dataset-path FILE")
+		}
+		if outputLen < 0 {
+			return nil, errors.New("--output-len: want >= 0")
+		}
+		fh, err := os.Open(o.datasetPath)
+		if err != nil {
+			return nil, fmt.Errorf("--dataset-path: %w", err)
+		}
+		sg, err := bench.LoadShareGPT(fh, outputLen, o.seed)
+		fh.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.datasetPath, err)
+		}
+		ds = sg
+		t.IgnoreEOS = o.ignoreEOS
+	default:
+		return nil, fmt.Errorf("--dataset %q: want random or sharegpt", o.dataset)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	slo, err := bench.ParseSLO(o.slo)
+	if err != nil {
+		return nil, fmt.Errorf("--slo: %w", err)
+	}
+	rate, err := parseRate(o.requestRate)
+	if err != nil {
+		return nil, err
+	}
+	load := bench.Load{RequestRate: rate, Burstiness: o.burstiness, MaxConcurrency: o.maxConcurrency, Concurrency: o.concurrency, NumPrompts: o.numPrompts, Duration: o.duration}
+	if load.NumPrompts == 0 && load.Duration == 0 {
+		load.NumPrompts = 100
+	}
+	if load.Closed() && o.rateSet {
+		return nil, errors.New("--request-rate is for the open loop; --concurrency runs a closed loop")
+	}
+	if o.warmup < 0 {
+		return nil, errors.New("--warmup: want >= 0")
+	}
+	var points []float64
+	if o.sweep != "" {
+		for _, s := range strings.Split(o.sweep, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("--sweep %q: want positive numbers, e.g. 1,2,4,8", o.sweep)
+			}
+			if o.sweepConcurrency && v != math.Trunc(v) {
+				return nil, fmt.Errorf("--sweep %q: concurrencies are whole numbers", o.sweep)
+			}
+			points = append(points, v)
+		}
+	} else if o.sweepConcurrency {
+		return nil, errors.New("--sweep-concurrency needs --sweep 1,2,4,...")
+	}
+	if len(points) == 0 {
+		p.loads = []bench.Load{load}
+	}
+	for _, v := range points {
+		l := load
+		if o.sweepConcurrency {
+			l.Concurrency = int(v)
+		} else {
+			if load.Closed() {
+				return nil, errors.New("--sweep sweeps request rates; with --concurrency, add --sweep-concurrency to sweep concurrencies")
+			}
+			l.RequestRate = v
+		}
+		p.loads = append(p.loads, l)
+	}
+	for _, l := range p.loads {
+		if err := l.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	p.cfg = bench.Config{Target: t, Dataset: ds, Load: p.loads[0], Warmup: o.warmup, Timeout: o.timeout, SLO: slo, Seed: o.seed}
+	modalities := []string{"text"}
+	if t.Audio {
+		modalities = append(modalities, "audio")
+	}
+	p.settings = bench.Settings{
+		BaseURL: o.baseURL, Endpoint: o.endpoint, Modalities: modalities,
+		Dataset: o.dataset, DatasetPath: o.datasetPath, InputLen: o.inputLen, OutputLen: outputLen, IgnoreEOS: t.IgnoreEOS,
+		Seed: o.seed, NumPrompts: load.NumPrompts, DurationS: load.Duration.Seconds(), RequestRate: bench.Rate(rate),
+		Burstiness: o.burstiness, Concurrency: o.concurrency, MaxConcurrency: o.maxConcurrency, Warmup: o.warmup,
+		TimeoutS: o.timeout.Seconds(), SLO: slo, Sweep: points, SweepConcurrency: o.sweepConcurrency,
+	}
+	if t.Audio {
+		p.settings.AudioFormat = o.audioFmt
+	}
+	if o.dataset != "random" {
+		p.settings.InputLen = 0
+	}
+	return p, nil
+}
+
+func parseRate(s string) (float64, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "inf") {
+		return math.Inf(1), nil
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("--request-rate %q: want a positive number or inf", s)
+	}
+	return v, nil
+}
+
+// runBench runs the benchmark and reports it. An interrupt (ctx ending)
+// still reports what finished and exits 130; a benchmark whose every
+// request failed exits 1.
+func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
+	p, err := o.plan()
+	if err != nil {
+		return err
+	}
+	cfg := p.cfg
+	cfg.Client = bench.ClientFor(p.loads...)
+	if cfg.Target.Model == "" {
+		m, err := bench.FirstModel(ctx, cfg.Client, cfg.Target.BaseURL, cfg.Target.APIKey)
+		if err != nil {
+			return err
+		}
+		cfg.Target.Model = m
+	}
+	p.settings.Model = cfg.Target.Model
+	p.settings.StartedAt = time.Now().UTC().Format(time.RFC3339)
+	if !o.quiet {
+		cfg.Progress = bench.NewProgress(stderr, isTerminal(stderr))
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if o.verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	runs, err := bench.Sweep(ctx, cfg, p.loads)
+	if err != nil {
+		return err
+	}
+	rep := &bench.Report{Settings: p.settings, Runs: runs, Interrupted: ctx.Err() != nil}
+	if err := rep.WriteMarkdown(stdout); err != nil {
+		return err
+	}
+	if o.outputJSON != "" {
+		if err := writeJSONReport(o.outputJSON, rep); err != nil {
+			return err
+		}
+	}
+	if o.plotDir != "" {
+		files, err := rep.WritePlots(o.plotDir)
+		if err != nil {
+			return err
+		}
+		if !o.quiet {
+			fmt.Fprintf(stderr, "wrote %d charts to %s\n", len(files), o.plotDir)
+		}
+	}
+	if rep.Interrupted {
+		fmt.Fprintln(stderr, "interrupted: the report covers the requests that finished")
+		return exitError{130}
+	}
+	for _, r := range runs {
+		if r.Summary.Completed > 0 {
+			return nil
+		}
+	}
+	fmt.Fprintln(stderr, "omnipd bench: every request failed")
+	return exitError{1}
+}
+
+func writeJSONReport(path string, rep *bench.Report) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--output-json: %w", err)
+	}
+	if err := rep.WriteJSON(fh); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("--output-json: %w", err)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// progress can be redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

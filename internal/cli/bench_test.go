@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/bench"
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/code2wav"
+	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/talker"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/server"
+	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/worker"
+)
+
+// benchDeployment is omnipd's API in front of the whole reference pipeline,
+// in this process as the server tests build it: Thinker prefill and decode
+// workers over the reference KV connector, a Talker and a Code2Wav worker.
+// It returns the API's base URL.
+func benchDeployment(t *testing.T) string {
+	t.Helper()
+	const secret = "bench-test-secret"
+	quiet := slog.New(slog.DiscardHandler)
+	client := func(url string) *stageclient.Client {
+		c, err := stageclient.New(stageclient.Config{BaseURL: url, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	thinker := func(role, engineID string) *orchestrator.Instance {
+		eng, err := engine.New(model.Default(), tokenizer.Default(), engine.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { eng.Run(ctx); close(done) }()
+		kv, err := worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,"kv_ip":"127.0.0.1","kv_port":0}`, role, engineID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := worker.New(worker.Config{Engine: eng, KV: kv, Secret: secret, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv)
+		t.Cleanup(func() { hs.Close(); srv.Close(); cancel(); <-done })
+		peer := kvconnector.Peer{EngineID: engineID, HTTPAddr: strings.TrimPrefix(hs.URL, "http://"), TP: 1}
+		if addr := srv.KVAddr(); addr != "" {
+			host, port, _ := net.SplitHostPort(addr)
+			peer.KVHost = host
+			peer.KVPort, _ = strconv.Atoi(port)
+		}
+		return &orchestrator.Instance{Client: client(hs.URL), Peer: peer}
+	}
+	stage := func(h http.Handler) *orchestrator.Pool {
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		return &orchestrator.Pool{Name: hs.URL, Instances: []*orchestrator.Instance{{Client: client(hs.URL)}}}
+	}
+	contract, err := kvconnector.NewRegistry().Lookup("ReferenceConnector", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewOrchestrator()
+	o, err := orchestrator.New(orchestrator.Config{
+		Prefill:  &orchestrator.Pool{Name: "prefill", Instances: []*orchestrator.Instance{thinker("kv_producer", "prefill-0")}},
+		Decode:   &orchestrator.Pool{Name: "decode", Instances: []*orchestrator.Instance{thinker("kv_consumer", "decode-0")}},
+		Contract: contract, PrefillRetries: 1, Logger: quiet, Metrics: m,
+		Omni: &orchestrator.Omni{
+			Talker:            stage(worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, quiet)),
+			Code2Wav:          stage(worker.NewCode2Wav(code2wav.Default(), secret, quiet)),
+			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, MaxFrames: 24,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(server.New(server.Config{Orchestrator: o, ModelName: "omnipd-reference", Logger: quiet, Metrics: m}))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// checkSVG decodes an SVG file as XML and reports its element counts.
+func checkSVG(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s is not well-formed XML: %v", path, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			counts[se.Name.Local]++
+		}
+	}
+	if counts["svg"] != 1 || counts["polyline"] == 0 || counts["text"] < 5 {
+		t.Errorf("%s: elements %v", path, counts)
+	}
+	return counts
+}
+
+func readReport(t *testing.T, path string) (*bench.Report, []byte) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &rep, raw
+}
+
+// A short benchmark of the in-process omnipd, text and text+audio, checked
+// for consistency: every request completes, each record agrees with itself
+// and with the server's usage, and every output is well formed.
+func TestBenchEndToEnd(t *testing.T) {
+	url := benchDeployment(t)
+	for _, mod := range []string{"text", "text,audio"} {
+		t.Run(mod, func(t *testing.T) {
+			dir := t.TempDir()
+			jsonPath, plots := filepath.Join(dir, "out.json"), filepath.Join(dir, "plots")
+			code, stdout, stderr := run(t, "bench", "--base-url", url, "--num-prompts", "12", "--concurrency", "3",
+				"--input-len", "16", "--output-len", "8", "--modalities", mod, "--seed", "7", "--warmup", "2",
+				"--slo", "ttft=1m,tpot=1m", "--output-json", jsonPath, "--plot-dir", plots, "--quiet")
+			if code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			audio := mod == "text,audio"
+			rows := []string{"| completed requests | 12 |", "| failed requests | 0 |", "| duration (s) |", "| total input tokens |", "| total output tokens | 96 |",
+				"| request throughput (req/s) |", "| output token throughput (tok/s) |", "| total token throughput (tok/s) |", "| goodput (req/s) |",
+				"| requests meeting SLO (%) | 100.0 |", "| TTFT (ms) |", "| TPOT (ms) |", "| ITL (ms) |", "| E2E (ms) |"}
+			if audio {
+				rows = append(rows, "| total audio (s) |", "| audio TTFP (ms) |", "| audio RTF |")
+			}
+			for _, row := range rows {
+				if !strings.Contains(stdout, row) {
+					t.Errorf("report lacks %q:\n%s", row, stdout)
+				}
+			}
+			if strings.Contains(stdout, "audio") != audio {
+				t.Errorf("audio rows present: %v; want %v:\n%s", !audio, audio, stdout)
+			}
+
+			rep, raw := readReport(t, jsonPath)
+			if len(rep.Runs) != 1 || rep.Settings.Model != "omnipd-reference" || rep.Settings.Audio() != audio || !rep.Settings.IgnoreEOS {
+				t.Fatalf("report settings %+v", rep.Settings)
+			}
+			run := rep.Runs[0]
+			s := run.Summary
+			if s.Completed != 12 || s.Failed != 0 || len(run.Requests) != 12 || s.MetSLO != 12 || s.TotalOutputTokens != 96 {
+				t.Fatalf("summary %+v", s)
+			}
+			for _, r := range run.Requests {
+				switch {
+				case !r.Success || r.Status != 200:
+					t.Errorf("request %d failed: %+v", r.Index, r)
+				case !(r.TTFTMS > 0 && r.TTFTMS <= r.E2EMS):
+					t.Errorf("request %d: TTFT %v, E2E %v", r.Index, r.TTFTMS, r.E2EMS)
+				case len(r.ITLMS) != r.TextChunks-1:
+					t.Errorf("request %d: %d ITLs for %d chunks", r.Index, len(r.ITLMS), r.TextChunks)
+				case !r.OutputTokensReported || r.OutputTokens != 8 || !r.PromptTokensReported:
+					t.Errorf("request %d: tokens %+v; want the server's usage, 8 (ignore_eos)", r.Index, r)
+				}
+				if audio && !(r.AudioChunks > 0 && r.AudioDurationS > 0 && r.AudioRTF > 0 && r.AudioTTFPMS >= r.TTFTMS && r.AudioTTFPMS <= r.E2EMS) {
+					t.Errorf("request %d audio: %+v", r.Index, r)
+				}
+				if !audio && (r.AudioChunks != 0 || r.AudioDurationS != 0) {
+					t.Errorf("request %d: audio in a text run: %+v", r.Index, r)
+				}
+			}
+			if audio && (s.AudioTTFP.Count != 12 || s.AudioRTF.Count != 12 || s.TotalAudioS <= 0) {
+				t.Errorf("audio summary %+v %+v", s.AudioTTFP, s.AudioRTF)
+			}
+			// The JSON round-trips: decoding and encoding it again gives the same bytes.
+			var again bytes.Buffer
+			if err := rep.WriteJSON(&again); err != nil || again.String() != string(raw) {
+				t.Errorf("JSON does not round-trip (%v)", err)
+			}
+			want := []string{"ttft_cdf.svg", "e2e_cdf.svg", "tpot_itl_cdf.svg"}
+			if audio {
+				want = append(want, "audio_ttfp_cdf.svg", "audio_rtf_cdf.svg")
+			}
+			for _, f := range want {
+				checkSVG(t, filepath.Join(plots, f))
+			}
+		})
+	}
+}
+
+// A sweep over request rates reports a row per rate and charts against
+// the rate; a ShareGPT file drives the same server.
+func TestBenchSweepAndShareGPT(t *testing.T) {
+	url := benchDeployment(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sharegpt.json")
+	if err := os.WriteFile(data, []byte(`[
+		{"conversations":[{"from":"human","value":"Tell me about disaggregated serving."},{"from":"gpt","value":"It splits prefill and decode across workers so each is batched for its own work."}]},
+		{"conversations":[{"from":"human","value":"And audio?"},{"from":"gpt","value":"A Talker and Code2Wav turn the Thinker's states into speech."}]}
+	]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jsonPath, plots := filepath.Join(dir, "sweep.json"), filepath.Join(dir, "plots")
+	code, stdout, stderr := run(t, "bench", "--base-url", url, "--model", "omnipd-reference", "--dataset", "sharegpt", "--dataset-path", data,
+		"--output-len", "6", "--num-prompts", "4", "--sweep", "50,100", "--max-concurrency", "2", "--slo", "e2e=1m", "--output-json", jsonPath, "--plot-dir", plots)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"## Sweep", "| rate 50 | 4 | 0 |", "| rate 100 | 4 | 0 |", "## rate 50", "## rate 100"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "rate 100") || !strings.Contains(stderr, "4/4") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+	rep, _ := readReport(t, jsonPath)
+	if len(rep.Runs) != 2 || rep.Runs[1].Load.RequestRate != 100 || rep.Settings.Dataset != "sharegpt" || rep.Settings.IgnoreEOS {
+		t.Fatalf("report %+v", rep.Settings)
+	}
+	for _, run := range rep.Runs {
+		for _, r := range run.Requests {
+			if !r.Success || r.MaxTokens > 6 || r.OutputTokens > r.MaxTokens {
+				t.Errorf("%+v", r)
+			}
+		}
+	}
+	for _, f := range []string{"goodput_vs_rate.svg", "throughput_vs_rate.svg", "ttft_vs_rate.svg", "ttft_cdf.svg"} {
+		checkSVG(t, filepath.Join(plots, f))
+	}
+}
+
+// A server that fails every request: each is counted as failed with the
+// OpenAI error's message, the report is still written, and the exit code
+// says nothing succeeded.
+func TestBenchFailingServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"message":"the decode stage is unavailable","type":"upstream_error","param":null,"code":"decode_upstream_unavailable"}}`)
+	}))
+	defer srv.Close()
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	code, stdout, stderr := run(t, "bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "5", "--request-rate", "1000", "--output-json", jsonPath, "--quiet")
+	if code != 1 || !strings.Contains(stderr, "every request failed") {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	for _, want := range []string{"| completed requests | 0 |", "| failed requests | 5 |", "| 5 | HTTP 503: the decode stage is unavailable (decode_upstream_unavailable) |"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	rep, _ := readReport(t, jsonPath)
+	for _, r := range rep.Runs[0].Requests {
+		if r.Success || r.Status != 503 || !strings.Contains(r.Error, "decode stage is unavailable") {
+			t.Errorf("%+v", r)
+		}
+	}
+}
+
+// Ctrl-C mid-run: the requests that finished are still reported, and the
+// exit code is 130.
+func TestBenchInterrupted(t *testing.T) {
+	hung := make(chan struct{}, 64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.Header.Get("X-Request-Id") == "" || strings.HasSuffix(r.Header.Get("X-Request-Id"), "-0") {
+			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+			return
+		}
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		hung <- struct{}{}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-hung; cancel() }()
+	var out, errOut bytes.Buffer
+	code := Run(ctx, []string{"bench", "--base-url", srv.URL, "--model", "m", "--concurrency", "1", "--num-prompts", "20"}, &out, &errOut)
+	if code != 130 || !strings.Contains(out.String(), "**Interrupted:**") || !strings.Contains(out.String(), "| completed requests | 1 |") ||
+		!strings.Contains(out.String(), "| canceled requests | 1 |") || !strings.Contains(errOut.String(), "interrupted") {
+		t.Errorf("exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--modalities", "audio"}, "want text or text,audio"},
+		{[]string{"--dataset", "sharegpt"}, "needs --dataset-path"},
+		{[]string{"--dataset", "sonnet"}, "want random or sharegpt"},
+		{[]string{"--concurrency", "2", "--request-rate", "4"}, "closed loop"},
+		{[]string{"--sweep-concurrency"}, "needs --sweep"},
+		{[]string{"--sweep", "1,x"}, "positive numbers"},
+		{[]string{"--concurrency", "2", "--sweep", "1,2"}, "--sweep-concurrency"},
+		{[]string{"--slo", "ttft=soon"}, "--slo"},
+		{[]string{"--slo", "rtf=1"}, "needs --modalities text,audio"},
+		{[]string{"--request-rate", "-1"}, "--request-rate"},
+		{[]string{"--duration", "1s"}, "infinite request rate"},
+		{[]string{"--endpoint", "completions", "--modalities", "text,audio"}, "chat endpoint"},
+		{[]string{"--base-url", "localhost:8000"}, "want http://host:port"},
+	} {
+		args := append([]string{"bench", "--model", "m", "--base-url", "http://127.0.0.1:1"}, tt.args...)
+		code, _, stderr := run(t, args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}

@@ -204,7 +204,9 @@ func Sweep(ctx context.Context, cfg Config, loads []Load) ([]*Result, error) {
 	for i, l := range loads {
 		c := cfg
 		c.Load = l
-		c.RunID = fmt.Sprintf("%s-p%d", cfg.RunID, i)
+		if len(loads) > 1 {
+			c.RunID = fmt.Sprintf("%s-p%d", cfg.RunID, i)
+		}
 		if i > 0 {
 			c.Warmup = 0
 		}

@@ -274,6 +274,9 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Contains(f.ids, runs[0].Requests[0].RequestID) || !strings.Contains(runs[2].Requests[0].RequestID, "-p2-") {
+		t.Errorf("request ids %v", f.ids)
+	}
 	if len(runs) != 3 || f.requests.Load() != 13 {
 		t.Fatalf("%d runs, %d requests; want 3 runs of 4 and one warmup", len(runs), f.requests.Load())
 	}
@@ -281,6 +284,26 @@ func TestSweep(t *testing.T) {
 		checkRecords(t, r, 4)
 		if r.Load.Concurrency != loads[i].Concurrency {
 			t.Errorf("run %d load %+v", i, r.Load)
+		}
+	}
+}
+
+// A server that ignores "stream" and answers one JSON body is measured
+// too: its first token and its end coincide.
+func TestRunWholeJSONAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		io.WriteString(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hello there"},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`)
+	}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{Target: Target{BaseURL: srv.URL}, Dataset: Random{InputLen: 3, OutputLen: 2}, Load: Load{Concurrency: 2, NumPrompts: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, res, 4)
+	for _, r := range res.Requests {
+		if r.TTFTMS != r.E2EMS || r.PromptTokens != 5 {
+			t.Errorf("%+v", r)
 		}
 	}
 }

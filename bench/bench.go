@@ -274,8 +274,9 @@ func drive(ctx context.Context, cfg Config, label string) (*Result, error) {
 		if l.MaxConcurrency > 0 {
 			slots = make(chan struct{}, l.MaxConcurrency)
 		}
-		timer := time.NewTimer(0)
-		<-timer.C
+		// Stopped until the first wait; since Go 1.23 Reset needs no drain.
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
 		var at time.Duration
 	offer:
 		for i := 0; l.NumPrompts == 0 || i < l.NumPrompts; i++ {

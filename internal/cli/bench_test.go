@@ -90,7 +90,7 @@ func benchDeployment(t *testing.T) string {
 		Omni: &orchestrator.Omni{
 			Talker:            stage(worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, quiet)),
 			Code2Wav:          stage(worker.NewCode2Wav(code2wav.Default(), secret, quiet)),
-			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, MaxFrames: 24,
+			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, MaxFrames: 12,
 		},
 	})
 	if err != nil {

@@ -184,11 +184,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// Warmup prompts come after the measured ones' indexes so neither
 		// set repeats the other.
 		wcfg.Dataset = offset{cfg.Dataset, 1 << 30}
-		if _, err := drive(ctx, wcfg, "warmup"); err != nil {
-			return nil, err
-		}
+		drive(ctx, wcfg, "warmup")
 	}
-	return drive(ctx, cfg, cfg.Load.Label())
+	return drive(ctx, cfg, cfg.Load.Label()), nil
 }
 
 // Sweep runs cfg at each load in turn (the warmup only before the first)
@@ -230,7 +228,7 @@ type offset struct {
 func (o offset) Prompt(i int) Prompt { return o.Dataset.Prompt(i + o.by) }
 
 // drive offers one load and collects its records.
-func drive(ctx context.Context, cfg Config, label string) (*Result, error) {
+func drive(ctx context.Context, cfg Config, label string) *Result {
 	l := cfg.Load
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -323,5 +321,5 @@ func drive(ctx context.Context, cfg Config, label string) (*Result, error) {
 	sortRecords(records)
 	res := &Result{Load: l, Requests: records, Interrupted: interrupted}
 	res.Summary = Aggregate(records, elapsed, cfg.SLO)
-	return res, nil
+	return res
 }

@@ -14,15 +14,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/omnipd/omnipd/bench"
 	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/code2wav"
 	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
@@ -34,8 +34,8 @@ import (
 
 // benchDeployment is omnipd's API in front of the whole reference pipeline,
 // in this process as the server tests build it: Thinker prefill and decode
-// workers over the reference KV connector, a Talker and a Code2Wav worker.
-// It returns the API's base URL.
+// workers over the reference KV connector, and a Talker and a Code2Wav
+// worker run as omnipd worker runs them. It returns the API's base URL.
 func benchDeployment(t *testing.T) string {
 	t.Helper()
 	const secret = "bench-test-secret"
@@ -73,10 +73,9 @@ func benchDeployment(t *testing.T) string {
 		}
 		return &orchestrator.Instance{Client: client(hs.URL), Peer: peer}
 	}
-	stage := func(h http.Handler) *orchestrator.Pool {
-		hs := httptest.NewServer(h)
-		t.Cleanup(hs.Close)
-		return &orchestrator.Pool{Name: hs.URL, Instances: []*orchestrator.Instance{{Client: client(hs.URL)}}}
+	stage := func(name string) *orchestrator.Pool {
+		url := runStageWorker(t, name, secret)
+		return &orchestrator.Pool{Name: name, Instances: []*orchestrator.Instance{{Client: client(url)}}}
 	}
 	contract, err := kvconnector.NewRegistry().Lookup("ReferenceConnector", nil)
 	if err != nil {
@@ -88,8 +87,8 @@ func benchDeployment(t *testing.T) string {
 		Decode:   &orchestrator.Pool{Name: "decode", Instances: []*orchestrator.Instance{thinker("kv_consumer", "decode-0")}},
 		Contract: contract, PrefillRetries: 1, Logger: quiet, Metrics: m,
 		Omni: &orchestrator.Omni{
-			Talker:            stage(worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, quiet)),
-			Code2Wav:          stage(worker.NewCode2Wav(code2wav.Default(), secret, quiet)),
+			Talker:            stage("talker"),
+			Code2Wav:          stage("code2wav"),
 			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, MaxFrames: 12,
 		},
 	})
@@ -99,6 +98,39 @@ func benchDeployment(t *testing.T) string {
 	hs := httptest.NewServer(server.New(server.Config{Orchestrator: o, ModelName: "omnipd-reference", Logger: quiet, Metrics: m}))
 	t.Cleanup(hs.Close)
 	return hs.URL
+}
+
+// runStageWorker runs "omnipd worker --stage name" in this process, as
+// TestWorkerSimulate does, and returns its URL once it listens.
+func runStageWorker(t *testing.T, name, secret string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"worker", "--stage", name, "--host", "127.0.0.1", "--port", "0", "--secret", secret}, io.Discard, logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("the %s worker did not stop", name)
+		}
+	})
+	addr := regexp.MustCompile(`"worker listening" addr=(\S+)`)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			return "http://" + m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("the %s worker exited %d:\n%s", name, code, logs.String())
+		default:
+		}
+	}
+	t.Fatalf("the %s worker did not start:\n%s", name, logs.String())
+	return ""
 }
 
 // checkSVG decodes an SVG file as XML and reports its element counts.

@@ -84,6 +84,7 @@ Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
 	f.StringVar(&o.plotDir, "plot-dir", "", "write SVG charts (latency CDFs; for sweeps, goodput, throughput and TTFT vs rate) here")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress on stderr")
 	f.BoolVar(&o.verbose, "verbose", false, "log every failed request to stderr")
+	cmd.AddCommand(newBenchCompareCmd())
 	return cmd
 }
 

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Labeled is a report under the name a comparison shows it by, such as
+// "PD 1P+1D" or "colocated ×2".
+type Labeled struct {
+	Name   string
+	Report *Report
+}
+
+// ReadReport reads a report written by WriteJSON.
+func ReadReport(r io.Reader) (*Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bench: reading a JSON report: %w", err)
+	}
+	if len(rep.Runs) == 0 {
+		return nil, fmt.Errorf("bench: the report has no runs")
+	}
+	return &rep, nil
+}
+
+// ReadReportFile is ReadReport of a file.
+func ReadReportFile(path string) (*Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer f.Close()
+	rep, err := ReadReport(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rep, nil
+}
+
+// point is where a run sits on a sweep's x axis: its rate or concurrency.
+func point(l Load) float64 {
+	if l.Closed() {
+		return float64(l.Concurrency)
+	}
+	return l.RequestRate
+}
+
+// checkComparable refuses reports whose points mean different things: a
+// rate sweep against a concurrency sweep.
+func checkComparable(reports []Labeled) error {
+	if len(reports) < 2 {
+		return fmt.Errorf("bench: a comparison needs at least two reports")
+	}
+	for _, l := range reports[1:] {
+		if l.Report.Settings.SweepConcurrency != reports[0].Report.Settings.SweepConcurrency ||
+			l.Report.Runs[0].Load.Closed() != reports[0].Report.Runs[0].Load.Closed() {
+			return fmt.Errorf("bench: %q and %q sweep different things (rate against concurrency)", reports[0].Name, l.Name)
+		}
+	}
+	return nil
+}
+
+// WriteComparison writes one Markdown table per metric that matters for
+// choosing a topology — goodput, SLO attainment, TTFT p99, TPOT p99 and
+// E2E p50 — with a row per sweep point and a column per report.
+func WriteComparison(w io.Writer, reports []Labeled) error {
+	if err := checkComparable(reports); err != nil {
+		return err
+	}
+	var b strings.Builder
+	axis := "rate (req/s)"
+	if reports[0].Report.Runs[0].Load.Closed() {
+		axis = "concurrency"
+	}
+	for _, m := range comparedMetrics {
+		fmt.Fprintf(&b, "**%s**\n\n| %s |", m.title, axis)
+		sep := "|---:|"
+		for _, l := range reports {
+			fmt.Fprintf(&b, " %s |", mdEscape(l.Name))
+			sep += "---:|"
+		}
+		b.WriteString("\n" + sep + "\n")
+		for _, x := range unionPoints(reports) {
+			fmt.Fprintf(&b, "| %s |", formatNum(x))
+			for _, l := range reports {
+				if run := runAt(l.Report, x); run != nil {
+					fmt.Fprintf(&b, " %s |", m.format(m.pick(&run.Summary)))
+				} else {
+					b.WriteString(" – |")
+				}
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("bench: writing the comparison: %w", err)
+	}
+	return nil
+}
+
+var comparedMetrics = []struct {
+	title, file, ylabel string
+	pick                func(*Summary) float64
+	format              func(float64) string
+}{
+	{"Goodput (req/s within SLO)", "compare_goodput.svg", "requests per second", func(s *Summary) float64 { return s.Goodput }, f2},
+	{"SLO attainment (%)", "compare_slo_attainment.svg", "% of requests within SLO", func(s *Summary) float64 { return 100 * s.SLOAttainment }, f1},
+	{"TTFT p99 (ms)", "compare_ttft_p99.svg", "TTFT p99 (ms)", func(s *Summary) float64 { return s.TTFT.P99 }, f1},
+	{"TPOT p99 (ms)", "compare_tpot_p99.svg", "TPOT p99 (ms)", func(s *Summary) float64 { return s.TPOT.P99 }, f1},
+	{"E2E p50 (ms)", "compare_e2e_p50.svg", "E2E p50 (ms)", func(s *Summary) float64 { return s.E2E.P50 }, f1},
+}
+
+// unionPoints lists every sweep point of the reports, ascending.
+func unionPoints(reports []Labeled) []float64 {
+	seen := map[float64]bool{}
+	var xs []float64
+	for _, l := range reports {
+		for _, run := range l.Report.Runs {
+			if x := point(run.Load); !seen[x] {
+				seen[x] = true
+				xs = append(xs, x)
+			}
+		}
+	}
+	// Few points: insertion sort keeps this dependency-free and obvious.
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+	return xs
+}
+
+func runAt(r *Report, x float64) *Result {
+	for _, run := range r.Runs {
+		if point(run.Load) == x {
+			return run
+		}
+	}
+	return nil
+}
+
+// WriteComparisonPlots writes one SVG chart per compared metric into dir,
+// a line per report against the swept rate or concurrency, and returns
+// their paths.
+func WriteComparisonPlots(dir, title string, reports []Labeled) ([]string, error) {
+	if err := checkComparable(reports); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: plot directory: %w", err)
+	}
+	axis := "request rate (req/s)"
+	if reports[0].Report.Runs[0].Load.Closed() {
+		axis = "concurrency (clients)"
+	}
+	var written []string
+	for _, m := range comparedMetrics {
+		c := Chart{Title: m.title + " — " + title, XLabel: axis, YLabel: m.ylabel}
+		if slo := reports[0].Report.Settings.SLO; !slo.IsZero() {
+			c.Subtitle = "SLO " + slo.String()
+		}
+		if m.file == "compare_slo_attainment.svg" {
+			c.YMax = 100
+		}
+		for i, l := range reports {
+			s := Series{Name: l.Name, Markers: true, Shade: i}
+			for _, run := range l.Report.Runs {
+				s.X = append(s.X, point(run.Load))
+				s.Y = append(s.Y, m.pick(&run.Summary))
+			}
+			c.Series = append(c.Series, s)
+		}
+		path := filepath.Join(dir, m.file)
+		if err := os.WriteFile(path, c.SVG(), 0o644); err != nil {
+			return written, fmt.Errorf("bench: writing %s: %w", path, err)
+		}
+		written = append(written, path)
+	}
+	return written, nil
+}

@@ -66,8 +66,9 @@ func checkComparable(reports []Labeled) error {
 }
 
 // WriteComparison writes one Markdown table per metric that matters for
-// choosing a topology — goodput, SLO attainment, TTFT p99, TPOT p99 and
-// E2E p50 — with a row per sweep point and a column per report.
+// choosing a topology — throughput, goodput, SLO attainment, TTFT p50 and
+// p99, TPOT p99 and E2E p50 — with a row per sweep point and a column per report. Two
+// reports get a third column, the second's figure over the first's.
 func WriteComparison(w io.Writer, reports []Labeled) error {
 	if err := checkComparable(reports); err != nil {
 		return err
@@ -84,6 +85,10 @@ func WriteComparison(w io.Writer, reports []Labeled) error {
 			fmt.Fprintf(&b, " %s |", mdEscape(l.Name))
 			sep += "---:|"
 		}
+		if len(reports) == 2 {
+			fmt.Fprintf(&b, " %s / %s |", mdEscape(reports[1].Name), mdEscape(reports[0].Name))
+			sep += "---:|"
+		}
 		b.WriteString("\n" + sep + "\n")
 		for _, x := range unionPoints(reports) {
 			fmt.Fprintf(&b, "| %s |", formatNum(x))
@@ -93,6 +98,9 @@ func WriteComparison(w io.Writer, reports []Labeled) error {
 				} else {
 					b.WriteString(" – |")
 				}
+			}
+			if len(reports) == 2 {
+				b.WriteString(" " + ratio(reports, x, m.pick) + " |")
 			}
 			b.WriteString("\n")
 		}
@@ -104,16 +112,28 @@ func WriteComparison(w io.Writer, reports []Labeled) error {
 	return nil
 }
 
+// ratio is the second report's figure at x over the first's, or "–" when
+// either is missing or the first is zero.
+func ratio(reports []Labeled, x float64, pick func(*Summary) float64) string {
+	a, b := runAt(reports[0].Report, x), runAt(reports[1].Report, x)
+	if a == nil || b == nil || pick(&a.Summary) == 0 {
+		return "–"
+	}
+	return f2(pick(&b.Summary)/pick(&a.Summary)) + "×"
+}
+
 var comparedMetrics = []struct {
 	title, file, ylabel string
 	pick                func(*Summary) float64
 	format              func(float64) string
 }{
+	{"Request throughput (req/s)", "compare_throughput.svg", "requests per second", func(s *Summary) float64 { return s.RequestThroughput }, f2},
 	{"Goodput (req/s within SLO)", "compare_goodput.svg", "requests per second", func(s *Summary) float64 { return s.Goodput }, f2},
 	{"SLO attainment (%)", "compare_slo_attainment.svg", "% of requests within SLO", func(s *Summary) float64 { return 100 * s.SLOAttainment }, f1},
+	{"TTFT p50 (ms)", "compare_ttft_p50.svg", "TTFT p50 (ms)", func(s *Summary) float64 { return s.TTFT.P50 }, f2},
 	{"TTFT p99 (ms)", "compare_ttft_p99.svg", "TTFT p99 (ms)", func(s *Summary) float64 { return s.TTFT.P99 }, f1},
 	{"TPOT p99 (ms)", "compare_tpot_p99.svg", "TPOT p99 (ms)", func(s *Summary) float64 { return s.TPOT.P99 }, f1},
-	{"E2E p50 (ms)", "compare_e2e_p50.svg", "E2E p50 (ms)", func(s *Summary) float64 { return s.E2E.P50 }, f1},
+	{"E2E p50 (ms)", "compare_e2e_p50.svg", "E2E p50 (ms)", func(s *Summary) float64 { return s.E2E.P50 }, f2},
 }
 
 // unionPoints lists every sweep point of the reports, ascending.

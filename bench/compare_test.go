@@ -31,11 +31,11 @@ func TestWriteComparison(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"**Goodput (req/s within SLO)**\n\n| rate (req/s) | PD | colocated |\n|---:|---:|---:|\n| 1 | 1.00 | 1.00 |\n| 2 | 2.00 | 1.50 |\n| 4 | 3.50 | – |\n| 8 | – | 2.00 |\n",
+		"**Goodput (req/s within SLO)**\n\n| rate (req/s) | PD | colocated | colocated / PD |\n|---:|---:|---:|---:|\n| 1 | 1.00 | 1.00 | 1.00× |\n| 2 | 2.00 | 1.50 | 0.75× |\n| 4 | 3.50 | – | – |\n| 8 | – | 2.00 | – |\n",
 		"**SLO attainment (%)**",
-		"| 4 | 87.5 | – |",
+		"| 4 | 87.5 | – | – |",
 		"**TTFT p99 (ms)**", "| 2 | 200.0 | 200.0 |",
-		"**TPOT p99 (ms)**", "**E2E p50 (ms)**", "| 8 | – | 8000.0 |",
+		"**TPOT p99 (ms)**", "**E2E p50 (ms)**", "| 8 | – | 8000.00 | – |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("comparison lacks %q:\n%s", want, out)

@@ -32,7 +32,7 @@ func TestBenchCompare(t *testing.T) {
 	if code := Run(t.Context(), []string{"bench", "compare", "PD=" + pd, "colocated=" + co, "--plot-dir", filepath.Join(dir, "plots")}, &stdout, &stderr); code != 0 {
 		t.Fatalf("bench compare: exit %d\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "| 4 | 3.00 | 2.50 |") {
+	if !strings.Contains(stdout.String(), "| 4 | 3.00 | 2.50 | 0.83× |") {
 		t.Errorf("goodput row missing:\n%s", stdout.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "plots", "compare_goodput.svg")); err != nil {

@@ -178,10 +178,17 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 	raw, _ := json.Marshal(body)
 	o.track(om.Talker, in, 1)
 	defer o.track(om.Talker, in, -1)
-	s, err := in.Client.Stream(ctx, stageapi.TalkerPath, req.ID, raw)
+	dog := o.watch(ctx, "talker")
+	defer dog.stop()
+	dog.arm()
+	s, err := in.Client.Stream(dog.ctx, stageapi.TalkerPath, req.ID, raw)
+	dog.disarm()
 	if err != nil {
 		// The Talker never fetched (or fetched only part): free what is left.
 		o.releaseConditioning(c, o.log.With("request_id", req.ID))
+		if dog.fired() {
+			return dog.err(err)
+		}
 		return fmt.Errorf("talker: %w", err)
 	}
 	c.mu.Lock()
@@ -189,11 +196,16 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 	c.mu.Unlock()
 	defer s.Close()
 	for {
+		dog.arm()
 		ev, err := s.Next()
+		dog.disarm()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
+			if dog.fired() {
+				return dog.err(err)
+			}
 			return fmt.Errorf("talker: %w", err)
 		}
 		var te stageapi.TalkerEvent
@@ -217,9 +229,15 @@ func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int,
 	in := om.Code2Wav.pick(o.now(), nil)
 	raw, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(frames), NumFrames: len(frames), ContextFrames: context})
 	o.track(om.Code2Wav, in, 1)
-	resp, err := in.Client.Post(ctx, stageapi.Code2WavPath, req.ID, raw)
+	dog := o.watch(ctx, "code2wav")
+	dog.arm()
+	resp, err := in.Client.Post(dog.ctx, stageapi.Code2WavPath, req.ID, raw)
+	dog.stop()
 	o.track(om.Code2Wav, in, -1)
 	if err != nil {
+		if dog.fired() {
+			return nil, dog.err(err)
+		}
 		return nil, fmt.Errorf("code2wav: %w", err)
 	}
 	var out stageapi.Code2WavResponse
@@ -245,11 +263,11 @@ func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result,
 	}
 	var frames [][]int
 	if err := o.talk(ctx, req, c, func(f []int) error { frames = append(frames, f); return nil }); err != nil {
-		return nil, &Error{Status: 502, Code: "talker_failed", Msg: "the Talker stage failed", Cause: err}
+		return nil, audioFailure(ctx, "talker_failed", "the Talker stage failed", err)
 	}
 	samples, err := o.vocode(ctx, req, frames, 0)
 	if err != nil {
-		return nil, &Error{Status: 502, Code: "code2wav_failed", Msg: "the Code2Wav stage failed", Cause: err}
+		return nil, audioFailure(ctx, "code2wav_failed", "the Code2Wav stage failed", err)
 	}
 	data, _ := audio.Encode(format, samples)
 	audioChoice := openai.ChatChoice{Index: 0, FinishReason: "stop", Message: openai.ResponseMessage{Role: "assistant", Audio: &openai.MessageAudio{
@@ -297,7 +315,7 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 		var base map[string]any
 		finish := "stop"
 		for {
-			ev, err := res.Stream.Next()
+			ev, err := res.Next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -361,9 +379,17 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			}
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("client went away during the audio")
+				return
+			}
 			log.Error("audio failed after the text was sent", "err", err)
-			send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
-				"error": openai.Upstream(http.StatusBadGateway, "audio_failed", "the audio stages failed: "+err.Error()).Detail}))
+			ev := openai.Upstream(http.StatusBadGateway, "audio_failed", "the audio stages failed: "+err.Error())
+			var oe *Error
+			if errors.As(err, &oe) {
+				ev = openai.Upstream(oe.Status, oe.Code, "the audio stages failed: "+oe.Msg)
+			}
+			send(withBase(base, map[string]any{"modality": openai.ModalityAudio, "error": ev.Detail}))
 			return
 		}
 		send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
@@ -372,6 +398,20 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 	out.events = events
 	out.eventErr = errc
 	return out
+}
+
+// audioFailure is what a failed Talker or Code2Wav leg of a whole answer
+// means for the client: nothing when it left (the leg failed because it
+// did), a stage's own classified error (a timeout), or a 502.
+func audioFailure(ctx context.Context, code, msg string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var oe *Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return &Error{Status: http.StatusBadGateway, Code: code, Msg: msg, Cause: err}
 }
 
 func withBase(base, fields map[string]any) map[string]any {

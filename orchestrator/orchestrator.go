@@ -126,6 +126,14 @@ type Config struct {
 	PrefillRetries int
 	// PrefillTimeout bounds one prefill attempt (default 60 s).
 	PrefillTimeout time.Duration
+	// StageIdleTimeout bounds how long every other stage leg (the decode or
+	// colocated Thinker, the Talker, Code2Wav) may send nothing: the wait
+	// for a stream's next event, the first included, and the wait for a
+	// whole answer — so it must exceed the longest non-streamed
+	// generation. A stage that stays silent longer gets the client a 504,
+	// or an error event on a stream already under way, instead of a hang.
+	// Zero means DefaultStageIdleTimeout; negative disables it.
+	StageIdleTimeout time.Duration
 	// MinPrefillTokens sends prompts shorter than this to the decode alone
 	// (conditional disaggregation; 0 disaggregates every request).
 	MinPrefillTokens int
@@ -158,6 +166,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.PrefillTimeout <= 0 {
 		cfg.PrefillTimeout = 60 * time.Second
+	}
+	if cfg.StageIdleTimeout == 0 {
+		cfg.StageIdleTimeout = DefaultStageIdleTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -199,6 +210,8 @@ type Result struct {
 	Path   string
 	Body   []byte
 	Stream *stageclient.Stream
+	// idle bounds the wait for each of Stream's events.
+	idle *watchdog
 	// events and eventErr carry an omni stream the orchestrator assembles.
 	events   <-chan json.RawMessage
 	eventErr <-chan error
@@ -212,7 +225,13 @@ func (r *Result) Streaming() bool { return r.Stream != nil || r.events != nil }
 // Next returns the next SSE event of a streaming result; io.EOF at the end.
 func (r *Result) Next() (json.RawMessage, error) {
 	if r.Stream != nil {
-		return r.Stream.Next()
+		r.idle.arm()
+		ev, err := r.Stream.Next()
+		r.idle.disarm()
+		if err != nil && r.idle.fired() {
+			return nil, r.idle.err(err)
+		}
+		return ev, err
 	}
 	ev, ok := <-r.events
 	if ok {
@@ -294,10 +313,22 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		return nil, ctx.Err()
 	}
 	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	if rejected(err) {
+		// The decode refused what the prefill accepted (a max_tokens past
+		// its context, say) before importing: the exported KV would wait
+		// out its lease. Claim it with a leg shaped like the prefill's.
+		o.claimAndDrop(req, dec, h, params, log)
+	}
 	if err == nil && res.Stream != nil {
 		o.cfg.Metrics.RecordHandoff(o.now().Sub(handedOver))
 	}
 	return res, err
+}
+
+// rejected reports a decode leg the decode refused as a bad request.
+func rejected(err error) bool {
+	var oe *Error
+	return errors.As(err, &oe) && oe.Code == "decode_rejected"
 }
 
 // fallback decides what a failed prefill means for the client: the error,
@@ -343,7 +374,10 @@ func (o *Orchestrator) short(ctx context.Context, req *Request, dec *Instance, l
 		return true
 	}
 	raw, _ := json.Marshal(body)
-	resp, err := dec.Client.Post(ctx, "/tokenize", req.ID, raw)
+	dog := o.watch(ctx, "decode")
+	dog.arm()
+	resp, err := dec.Client.Post(dog.ctx, "/tokenize", req.ID, raw)
+	dog.stop()
 	if err != nil {
 		log.Warn("could not count the prompt's tokens; disaggregating it", "err", err)
 		return false
@@ -357,8 +391,10 @@ func (o *Orchestrator) short(ctx context.Context, req *Request, dec *Instance, l
 	return counted.Count < o.cfg.MinPrefillTokens
 }
 
-// claimAndDrop sends a one-token decode leg, detached from the departed
-// client, so that the decode imports (and so frees) the exported KV.
+// claimAndDrop sends a decode leg nobody waits for, detached from the
+// client, so that the decode imports (and so frees) the exported KV. The leg
+// is shaped like the prefill's — one token, one choice, nothing that ends it
+// early — so a decode that would take the prefill's request takes it.
 func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.Handoff, params map[string]any, log *slog.Logger) {
 	one := 1
 	drop := *req
@@ -366,17 +402,21 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 	if req.Chat != nil {
 		c := req.Chat.Clone()
 		c.MaxTokens, c.MaxCompletionTokens, c.Stream, c.StreamOptions = &one, nil, nil, nil
+		prefillSampling(&c.SamplingParams)
+		delete(c.Extra, "min_completion_tokens")
 		drop.Chat = c
 	} else {
 		c := req.Completion.Clone()
 		c.MaxTokens, c.Stream, c.StreamOptions = &one, nil, nil
+		prefillSampling(&c.SamplingParams)
+		delete(c.Extra, "min_completion_tokens")
 		drop.Completion = c
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if res, err := o.decodeOn(ctx, &drop, dec, h, params, PathDisaggregated, log); err != nil {
-			log.Warn("could not hand back the KV of a cancelled request; it is freed when its lease expires", "err", err)
+			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
 		} else {
 			res.Close()
 		}
@@ -431,10 +471,18 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 	})
 	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
 	if err != nil {
+		// Stop the prefill leg too: a prefill that went on to export
+		// would leave KV that no decode is coming for. If the prefill
+		// failed first, its error is the cause and the decode's failure
+		// only followed from it.
+		cancel(err)
 		wg.Wait()
-		cancel(nil)
-		if prefillErr != nil {
+		if prefillErr != nil && context.Cause(ctx) == prefillErr {
 			return nil, prefillRetryable, prefillFailure(prefillErr)
+		}
+		if prefillErr == nil && rejected(err) {
+			// The prefill exported before the decode refused: claim it.
+			o.claimAndDrop(req, dec, h, params, log)
 		}
 		return nil, false, err
 	}
@@ -563,21 +611,40 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 		req.keep.setThinker(in.Client.BaseURL())
 	}
 	o.track(o.cfg.Decode, in, 1)
-	release := func() { o.track(o.cfg.Decode, in, -1) }
+	dog := o.watch(ctx, "decode")
+	release := func() {
+		dog.stop()
+		o.track(o.cfg.Decode, in, -1)
+	}
+	dog.arm()
 	if req.streaming() {
-		s, err := in.Client.Stream(ctx, req.path(), id, body)
+		s, err := in.Client.Stream(dog.ctx, req.path(), id, body)
+		dog.disarm()
 		if err != nil {
 			release()
-			return nil, decodeFailure(err)
+			return nil, o.decodeFailure(in, dog, err)
 		}
-		return &Result{Path: path, Stream: s, release: release}, nil
+		return &Result{Path: path, Stream: s, idle: dog, release: release}, nil
 	}
-	resp, err := in.Client.Post(ctx, req.path(), id, body)
+	resp, err := in.Client.Post(dog.ctx, req.path(), id, body)
 	release()
 	if err != nil {
-		return nil, decodeFailure(err)
+		return nil, o.decodeFailure(in, dog, err)
 	}
 	return &Result{Path: path, Body: scrubResponse(resp.Body)}, nil
+}
+
+// decodeFailure classifies a failed decode leg. An instance that could not
+// be reached sits out, so that the requests after this one go to another
+// instance (the health probe, when running, puts it back).
+func (o *Orchestrator) decodeFailure(in *Instance, dog *watchdog, err error) error {
+	if dog.fired() {
+		return dog.err(err)
+	}
+	if errors.Is(err, stageclient.ErrConnect) {
+		in.eject(o.now())
+	}
+	return decodeFailure(err)
 }
 
 func decodeFailure(err error) error {

@@ -229,11 +229,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 		}
 		if err != nil {
 			var ue *stageclient.UpstreamError
+			var oe *orchestrator.Error
 			switch {
 			case isEOF(err):
 				return sse.WriteDone()
 			case errors.As(err, &ue) && ue.Body != nil:
 				_ = sse.WriteEvent(ue.Body)
+			case errors.As(err, &oe):
+				// A failure the orchestrator classified mid-stream (a stage
+				// that went quiet): its status and code, as an event.
+				s.log.Error("stream failed", "request_id", req.ID, "err", err)
+				_ = sse.WriteEvent(oe.Response())
 			case r.Context().Err() != nil:
 				return r.Context().Err()
 			default:

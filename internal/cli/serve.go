@@ -34,6 +34,7 @@ func newServeCmd() *cobra.Command {
 		pd           bool
 		drainTimeout time.Duration
 		modelName    string
+		stageIdle    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--host H] [--port N] [--pd=false]",
@@ -56,7 +57,7 @@ every stage is.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			return serve(cmd.Context(), doc, serveOptions{
-				host: host, port: port, drain: drainTimeout, model: modelName,
+				host: host, port: port, drain: drainTimeout, model: modelName, stageIdle: stageIdle,
 				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(), simulate: cmd.Flag("simulate").Value.String(),
 			})
 		},
@@ -69,6 +70,8 @@ every stage is.`,
 	f.BoolVar(&pd, "pd", true, "disaggregate the Thinker into prefill and decode (false: one colocated Thinker stage)")
 	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
+	f.DurationVar(&stageIdle, "stage-idle-timeout", orchestrator.DefaultStageIdleTimeout,
+		"how long a stage after the prefill (decode, Talker, Code2Wav) may send nothing — a stream's next event, or a whole answer — before the request fails with 504 (0: wait forever)")
 	f.String("simulate", "", simulateUsage("every Thinker worker omnipd starts"))
 	return cmd
 }
@@ -77,6 +80,7 @@ type serveOptions struct {
 	host, model    string
 	port           int
 	drain          time.Duration
+	stageIdle      time.Duration // 0: no idle timeout
 	out, workerLog io.Writer
 	simulate       string
 	log            *slog.Logger
@@ -190,7 +194,10 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		go p.Probe(probeCtx, 2*time.Second)
 	}
 	m := metrics.NewOrchestrator()
-	cfg := orchestrator.Config{Logger: o.log, Metrics: m}
+	cfg := orchestrator.Config{Logger: o.log, Metrics: m, StageIdleTimeout: o.stageIdle}
+	if o.stageIdle <= 0 {
+		cfg.StageIdleTimeout = -1 // the flag's 0 means never; the config's means the default
+	}
 	if contract != nil {
 		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
 		cfg.PrefillRetries = doc.PD.PrefillRetries

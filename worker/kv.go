@@ -284,7 +284,12 @@ func (k *kvPath) importer(pl *kvPlan, done *bool) engine.KVImport {
 			n, err = k.consumer.Pull(ctx, pl.addr, pl.engineID, pl.key, dst)
 		}
 		*done = err == nil
-		if err != nil && ctx.Err() != nil {
+		if err != nil && !errors.Is(err, kvtransfer.ErrUnknownTransfer) && !errors.Is(err, kvtransfer.ErrBusy) {
+			// Nobody will claim this transfer again — the request was
+			// abandoned, fails (kv_load_failure_policy fail) or computes
+			// the prompt itself (recompute) — so the prefill's copy is
+			// freed now rather than when its lease runs out. A busy
+			// transfer belongs to another consumer; leave it be.
 			k.release(pl)
 		}
 		return n, err

@@ -587,6 +587,14 @@ func (e *Engine) schedule() []*work {
 			if (remaining == 1) != decoding || budget == 0 {
 				continue
 			}
+			if len(s.events) == cap(s.events) {
+				// Its consumer stopped reading (a client that stalls
+				// without hanging up): pause this sequence until there is
+				// room, rather than block the whole engine in send. A step
+				// sends at most one event per sequence, so one free slot
+				// is enough.
+				continue
+			}
 			n := min(remaining, budget)
 			if !e.ensureBlocks(s, s.computed+n) {
 				continue

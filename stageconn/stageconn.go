@@ -57,6 +57,9 @@ type Store struct {
 	// released remembers keys dropped before they were stashed, until the
 	// TTL: a release can overtake the stash it is meant to free.
 	released map[string]time.Time
+	// sweeper enforces the TTL when no call comes to do it: pending while
+	// anything waits to expire, nil otherwise.
+	sweeper *time.Timer
 }
 
 type entry struct {
@@ -91,6 +94,7 @@ func (s *Store) Put(key string, st *Stash) error {
 		return fmt.Errorf("%w: %q", ErrReleased, key)
 	}
 	s.entries[key] = entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	s.armLocked(s.cfg.TTL)
 	return nil
 }
 
@@ -116,8 +120,43 @@ func (s *Store) Drop(key string) bool {
 	delete(s.entries, key)
 	if !ok {
 		s.released[key] = s.cfg.Now().Add(s.cfg.TTL)
+		s.armLocked(s.cfg.TTL)
 	}
 	return ok
+}
+
+// armLocked schedules a sweep in d unless one is pending. Without it a
+// stash nobody fetched or dropped would outlive its TTL for as long as no
+// other call came to the store.
+func (s *Store) armLocked(d time.Duration) {
+	if s.sweeper == nil {
+		s.sweeper = time.AfterFunc(d, s.sweepLater)
+	}
+}
+
+// sweepLater is the scheduled sweep: it frees what expired and schedules
+// the next for the earliest expiry left, if any.
+func (s *Store) sweepLater() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweeper = nil
+	s.sweepLocked()
+	now := s.cfg.Now()
+	next := time.Duration(-1)
+	soonest := func(t time.Time) {
+		if d := t.Sub(now); next < 0 || d < next {
+			next = d
+		}
+	}
+	for _, e := range s.entries {
+		soonest(e.expires)
+	}
+	for _, until := range s.released {
+		soonest(until)
+	}
+	if len(s.entries)+len(s.released) > 0 {
+		s.armLocked(max(next, 10*time.Millisecond))
+	}
 }
 
 // Sweep frees expired stashes and returns how many.
@@ -144,10 +183,12 @@ func (s *Store) sweepLocked() int {
 	return n
 }
 
-// Len is the number of stashes held.
+// Len is the number of stashes held; expired ones are freed first, so it
+// never counts a stash past its TTL.
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweepLocked()
 	return len(s.entries)
 }
 

@@ -23,6 +23,7 @@ type Orchestrator struct {
 	fallbacks  prometheus.Counter
 	decodeOnly prometheus.Counter
 	inflight   *prometheus.GaugeVec
+	queueFull  *prometheus.CounterVec
 }
 
 // NewOrchestrator registers the orchestrator's metrics.
@@ -53,8 +54,11 @@ func NewOrchestrator() *Orchestrator {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "omnipd_stage_requests_in_flight", Help: "Requests omnipd has on each stage instance.",
 		}, []string{"stage", "instance"}),
+		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_stage_queue_full_total", Help: "Requests refused with 429 because every instance of a stage was at its queue bound (--max-stage-queue).",
+		}, []string{"stage"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight)
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull)
 	return m
 }
 
@@ -120,5 +124,13 @@ func (m *Orchestrator) RecordDecodeOnly() {
 func (m *Orchestrator) AddInFlight(stage, instance string, delta int) {
 	if m != nil {
 		m.inflight.WithLabelValues(stage, instance).Add(float64(delta))
+	}
+}
+
+// RecordStageQueueFull counts a request refused because every instance of
+// stage was at its queue bound.
+func (m *Orchestrator) RecordStageQueueFull(stage string) {
+	if m != nil {
+		m.queueFull.WithLabelValues(stage).Inc()
 	}
 }

@@ -140,9 +140,11 @@ func RequestTooLarge(limit int64) *ErrorResponse {
 		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
 }
 
-// Unauthorized is a 401 for a missing or wrong API key.
+// Unauthorized is a 401 for a missing or wrong API key. OpenAI answers it
+// with type invalid_request_error and code invalid_api_key, and clients key
+// on that pair; the caller also sets WWW-Authenticate (see WriteUnauthorized).
 func Unauthorized(message string) *ErrorResponse {
-	return newError(http.StatusUnauthorized, TypeAuthentication, CodeInvalidAPIKey, message)
+	return newError(http.StatusUnauthorized, TypeInvalidRequest, CodeInvalidAPIKey, message)
 }
 
 // RateLimited is a 429; clients back off and retry.

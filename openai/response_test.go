@@ -134,7 +134,7 @@ func TestErrorConstructors(t *testing.T) {
 		{NotFound("no such route"), 404, `{"error":{"message":"no such route","type":"not_found_error","param":null,"code":null}}`},
 		{ModelNotFound("gpt-9"), 404, `{"error":{"message":"The model \"gpt-9\" does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`},
 		{RequestTooLarge(1024), 413, `{"error":{"message":"request body exceeds the limit of 1024 bytes","type":"invalid_request_error","param":null,"code":"request_too_large"}}`},
-		{Unauthorized("bad key"), 401, `{"error":{"message":"bad key","type":"authentication_error","param":null,"code":"invalid_api_key"}}`},
+		{Unauthorized("bad key"), 401, `{"error":{"message":"bad key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`},
 		{RateLimited("slow down"), 429, `{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`},
 		{InternalError("oops"), 500, `{"error":{"message":"oops","type":"server_error","param":null,"code":null}}`},
 		{Unavailable("draining"), 503, `{"error":{"message":"draining","type":"server_error","param":null,"code":"service_unavailable"}}`},

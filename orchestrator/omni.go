@@ -127,6 +127,9 @@ func (o *Orchestrator) omni(ctx context.Context, req *Request, log *slog.Logger)
 	if !slices.Contains(audio.Formats(), format) {
 		return nil, openai.InvalidRequest("audio.format", fmt.Sprintf("audio.format %q is not supported; this pipeline encodes %s", format, strings.Join(audio.Formats(), ", ")))
 	}
+	if err := o.preflight(om.Talker, om.Code2Wav); err != nil {
+		return nil, err
+	}
 	cond := &conditioning{layer: om.ConditioningLayer, thinkKey: req.ID + "/thinker"}
 	if o.cfg.Contract != nil {
 		cond.prefillKey, cond.thinkKey = req.ID+"/prefill", req.ID+"/decode"
@@ -176,7 +179,10 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 	in := om.Talker.pick(o.now(), nil)
 	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames}
 	raw, _ := json.Marshal(body)
-	o.track(om.Talker, in, 1)
+	if err := o.admit(om.Talker, in); err != nil {
+		o.releaseConditioning(c, o.log.With("request_id", req.ID))
+		return err
+	}
 	defer o.track(om.Talker, in, -1)
 	dog := o.watch(ctx, "talker")
 	defer dog.stop()
@@ -228,7 +234,9 @@ func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int,
 	om := o.cfg.Omni
 	in := om.Code2Wav.pick(o.now(), nil)
 	raw, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(frames), NumFrames: len(frames), ContextFrames: context})
-	o.track(om.Code2Wav, in, 1)
+	if err := o.admit(om.Code2Wav, in); err != nil {
+		return nil, err
+	}
 	dog := o.watch(ctx, "code2wav")
 	dog.arm()
 	resp, err := in.Client.Post(dog.ctx, stageapi.Code2WavPath, req.ID, raw)

@@ -54,6 +54,11 @@ func (e *Error) Unwrap() error { return e.Cause }
 
 // Response converts e into the OpenAI error body the client gets.
 func (e *Error) Response() *openai.ErrorResponse {
+	if e.Status == 429 && e.Upstream == nil {
+		r := openai.RateLimited(e.Msg)
+		r.Detail.Code = &e.Code
+		return r
+	}
 	if e.Upstream != nil && e.Status < 500 {
 		r := *e.Upstream
 		r.Status = e.Status
@@ -75,7 +80,11 @@ type Instance struct {
 type Pool struct {
 	Name      string
 	Instances []*Instance
-	next      atomic.Uint64
+	// MaxQueue bounds the legs omnipd has on each instance at once — sent
+	// and not yet answered, whether the engine runs them or queues them; a
+	// request that finds every instance at the bound gets 429. 0: no bound.
+	MaxQueue int
+	next     atomic.Uint64
 }
 
 // ejectFor is how long an instance that failed to answer sits out.
@@ -281,6 +290,9 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	c := o.cfg.Contract
 	dec := o.cfg.Decode.pick(o.now(), nil)
 	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
+	if o.cfg.Decode.busy(dec) {
+		return nil, o.queueFull(o.cfg.Decode)
+	}
 
 	if o.cfg.MinPrefillTokens > 0 && o.short(ctx, req, dec, log) {
 		o.cfg.Metrics.RecordDecodeOnly()
@@ -536,6 +548,9 @@ func prefillFailure(err error) error {
 	if errors.Is(err, stageclient.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Status: 504, Code: "prefill_upstream_timeout", Msg: "the prefill stage did not answer in time", Cause: err}
 	}
+	if e := credentialRefused("prefill", err); e != nil {
+		return e
+	}
 	var ue *stageclient.UpstreamError
 	if errors.As(err, &ue) && ue.Status < 500 {
 		return &Error{Status: ue.Status, Code: "prefill_rejected", Msg: "the prefill stage rejected the request", Cause: err, Upstream: ue.Body}
@@ -557,7 +572,9 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	if req.keep != nil {
 		req.keep.setPrefill(in.Client.BaseURL())
 	}
-	o.track(o.cfg.Prefill, in, 1)
+	if err := o.admit(o.cfg.Prefill, in); err != nil {
+		return nil, false, err
+	}
 	resp, err := in.Client.Post(ctx, req.path(), pid, body)
 	o.track(o.cfg.Prefill, in, -1)
 	if err != nil {
@@ -610,7 +627,9 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	if req.keep != nil {
 		req.keep.setThinker(in.Client.BaseURL())
 	}
-	o.track(o.cfg.Decode, in, 1)
+	if err := o.admit(o.cfg.Decode, in); err != nil {
+		return nil, err
+	}
 	dog := o.watch(ctx, "decode")
 	release := func() {
 		dog.stop()
@@ -653,6 +672,9 @@ func decodeFailure(err error) error {
 	}
 	if errors.Is(err, stageclient.ErrTimeout) {
 		return &Error{Status: 504, Code: "decode_upstream_timeout", Msg: "the decode stage did not answer in time", Cause: err}
+	}
+	if e := credentialRefused("decode", err); e != nil {
+		return e
 	}
 	var ue *stageclient.UpstreamError
 	if errors.As(err, &ue) && ue.Status < 500 {

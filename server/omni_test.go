@@ -63,7 +63,7 @@ func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 	}
 	stage := func(h *httptest.Server) *orchestrator.Pool {
 		t.Cleanup(h.Close)
-		c, err := stageclient.New(stageclient.Config{BaseURL: h.URL})
+		c, err := stageclient.New(stageclient.Config{BaseURL: h.URL, Secret: secret})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 	breakTalker(talkerServer)
 	ocfg.Omni = &orchestrator.Omni{
 		Talker:            talkerPool,
-		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), quiet))),
+		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), secret, quiet))),
 		ConditioningLayer: 2, Secret: secret, Temperature: talkerTemperature, TopK: 50,
 	}
 	o, err := orchestrator.New(ocfg)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ func do(t *testing.T, method, url, body string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +84,7 @@ func TestChatStreamingFormat(t *testing.T) {
 	req, _ := http.NewRequest("POST", w.url+"/v1/chat/completions", strings.NewReader(
 		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`))
 	req.Header.Set("X-Request-Id", "abc")
+	req.Header.Set("Authorization", "Bearer "+testSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -138,38 +141,52 @@ func TestChatStreamingFormat(t *testing.T) {
 }
 
 // The KV side channel refuses a decode worker that does not know the
-// deployment secret; the prefill's blocks stay leased, then expire.
+// deployment secret — one with a wrong secret, and one with none, which
+// sends no proof and checks nothing itself, so the prefill's own check is
+// all that stands between it and the KV. The prefill's blocks stay leased,
+// then expire.
 func TestSideChannelRequiresSecret(t *testing.T) {
-	prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
-	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go eng.Run(ctx)
-	cfg, _ := ParseKVTransferConfig(kvConfig("kv_consumer", "decode-0", HandshakePull))
-	srv, err := New(Config{Engine: eng, KV: cfg, Secret: "not-the-secret", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	intruder := &testWorker{Server: srv, eng: eng}
-	hs := newServer(t, srv)
-	intruder.url = hs
+	for _, intruderSecret := range []string{"not-the-secret", ""} {
+		t.Run(fmt.Sprintf("secret %q", intruderSecret), func(t *testing.T) {
+			prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
+			eng, err := engine.New(testModel, testTokenizer, engine.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go eng.Run(ctx)
+			cfg, _ := ParseKVTransferConfig(kvConfig("kv_consumer", "decode-0", HandshakePull))
+			srv, err := New(Config{Engine: eng, KV: cfg, Secret: intruderSecret, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			intruder := &testWorker{Server: srv, eng: eng}
+			// The intruder's own HTTP API lets the test in: only its KV
+			// credential is at stake here.
+			intruder.url = newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				r.Header.Set("Authorization", "Bearer "+intruderSecret)
+				srv.ServeHTTP(w, r)
+			}))
 
-	_, err = prefillDecode(context.Background(), prefill, intruder, "r1", body([]int{1, 2, 3, 4, 5}, 4, 0, 0), false)
-	if err == nil || !strings.Contains(err.Error(), "authentication") {
-		t.Fatalf("decode with the wrong secret: %v, want an authentication failure", err)
-	}
-	if leased, _ := prefill.KVStats(); leased == 0 {
-		t.Error("the refused transfer's blocks were freed or handed over")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for prefill.eng.Cache().Used() != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, expired := prefill.KVStats(); expired != 1 || prefill.eng.Cache().Used() != 0 {
-		t.Errorf("the unclaimed lease should expire and free its blocks: expired %d, used %d", expired, prefill.eng.Cache().Used())
+			_, err = prefillDecode(context.Background(), prefill, intruder, "r1", body([]int{1, 2, 3, 4, 5}, 4, 0, 0), false)
+			if err == nil || !strings.Contains(err.Error(), "authentication") {
+				t.Fatalf("decode with secret %q: %v, want an authentication failure", intruderSecret, err)
+			}
+			if leased, _ := prefill.KVStats(); leased == 0 {
+				t.Error("the refused transfer's blocks were freed or handed over")
+			}
+			if eng.Stats().PromptTokensImported != 0 {
+				t.Error("the intruder imported KV")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for prefill.eng.Cache().Used() != 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, expired := prefill.KVStats(); expired != 1 || prefill.eng.Cache().Used() != 0 {
+				t.Errorf("the unclaimed lease should expire and free its blocks: expired %d, used %d", expired, prefill.eng.Cache().Used())
+			}
+		})
 	}
 }

@@ -13,23 +13,29 @@ import (
 
 // Code2WavServer serves a Code2Wav stage.
 type Code2WavServer struct {
-	model *code2wav.Model
-	mux   *http.ServeMux
-	log   *slog.Logger
+	model  *code2wav.Model
+	secret string
+	mux    *http.ServeMux
+	log    *slog.Logger
 }
 
-// NewCode2Wav builds a Code2Wav stage worker.
-func NewCode2Wav(m *code2wav.Model, log *slog.Logger) *Code2WavServer {
+// NewCode2Wav builds a Code2Wav stage worker. secret, when set, is the
+// deployment's, required of callers (all but /health and /metrics).
+func NewCode2Wav(m *code2wav.Model, secret string, log *slog.Logger) *Code2WavServer {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Code2WavServer{model: m, mux: http.NewServeMux(), log: log}
+	s := &Code2WavServer{model: m, secret: secret, mux: http.NewServeMux(), log: log}
 	s.mux.HandleFunc("POST "+stageapi.Code2WavPath, s.decode)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return s
 }
 
-func (s *Code2WavServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Code2WavServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if allowed(w, r, s.secret, s.log) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
 
 func (s *Code2WavServer) decode(w http.ResponseWriter, r *http.Request) {
 	var req stageapi.Code2WavRequest

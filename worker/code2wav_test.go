@@ -20,7 +20,7 @@ import (
 // chunking with left context — gives the samples of decoding the whole
 // sequence at once.
 func TestCode2WavStageChunksEqualWhole(t *testing.T) {
-	hs := httptest.NewServer(NewCode2Wav(code2wav.Default(), quietLog()))
+	hs := httptest.NewServer(NewCode2Wav(code2wav.Default(), "", quietLog()))
 	defer hs.Close()
 	rng := rand.New(rand.NewPCG(5, 5))
 	frames := make([][]int, 61)
@@ -67,7 +67,7 @@ func TestCode2WavStageChunksEqualWhole(t *testing.T) {
 }
 
 func TestCode2WavStageRejectsBadInput(t *testing.T) {
-	hs := httptest.NewServer(NewCode2Wav(code2wav.Default(), quietLog()))
+	hs := httptest.NewServer(NewCode2Wav(code2wav.Default(), "", quietLog()))
 	defer hs.Close()
 	for _, body := range []string{`{`, `{"codes":[1,2,3],"num_frames":1}`, fmt.Sprintf(`{"codes":%s,"num_frames":1}`, jsonInts(16, 5000)), fmt.Sprintf(`{"codes":%s,"num_frames":1,"context_frames":2}`, jsonInts(16, 1))} {
 		resp, err := http.Post(hs.URL+"/v1/omnipd/code2wav", "application/json", bytes.NewReader([]byte(body)))

@@ -85,7 +85,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if req.Logprobs != nil && *req.Logprobs {
 		return openai.InvalidRequest("logprobs", "logprobs are not supported by the reference worker")
 	}
-	rest := s.eng.Model().Config.MaxPositionEmbeddings - len(g.prompt)
+	rest := s.cfg.MaxModelLen - len(g.prompt)
 	if err := s.common(g, &req.SamplingParams, req.EffectiveMaxTokens(), req.Stream, req.StreamOptions, req.Extra, rest); err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int
 		p.MaxTokens = *maxTokens
 	}
 	if p.MaxTokens < 1 {
-		return openai.InvalidRequest("messages", fmt.Sprintf("the prompt (%d tokens) fills the model's context of %d tokens", len(g.prompt), s.eng.Model().Config.MaxPositionEmbeddings))
+		return s.fitsContext(g.chat, len(g.prompt), 0)
 	}
 	if err := p.Validate(); err != nil {
 		return err
@@ -160,6 +160,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	ctx := r.Context()
 	id := requestID(ctx)
 	start := time.Now()
+	if err := s.fitsContext(g.chat, len(g.prompt), g.params.MaxTokens); err != nil {
+		return err
+	}
 	plan, err := s.kv.plan(g.kvParams, id)
 	if err != nil {
 		return err

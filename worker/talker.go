@@ -26,8 +26,9 @@ type TalkerServer struct {
 	log    *slog.Logger
 }
 
-// NewTalker builds a Talker stage worker. secret is the deployment's, used
-// to fetch conditioning.
+// NewTalker builds a Talker stage worker. secret is the deployment's: it
+// fetches conditioning with it, and requires it of callers (all but
+// /health and /metrics) when set.
 func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.Logger) *TalkerServer {
 	if log == nil {
 		log = slog.Default()
@@ -38,7 +39,11 @@ func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.L
 	return s
 }
 
-func (s *TalkerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *TalkerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if allowed(w, r, s.secret, s.log) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
 
 func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	var req stageapi.TalkerRequest

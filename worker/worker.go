@@ -3,6 +3,12 @@
 // (streaming and not), /v1/models, /health, /metrics — with
 // kv_transfer_params handled by omnipd's reference KV connector, so that the
 // orchestrator drives a reference worker exactly as it drives vllm serve.
+// It also serves the omni stage API (the Talker and Code2Wav stages).
+//
+// With a deployment secret configured, every endpoint but /health and
+// /metrics requires "Authorization: Bearer <secret>" — the header stock
+// vllm serve --api-key checks — so only the deployment can run the engine,
+// read conditioning, or start KV transfers.
 package worker
 
 import (
@@ -30,8 +36,14 @@ type Config struct {
 	ModelName string
 	// KV is the parsed --kv-transfer-config; nil for no KV transfer.
 	KV *KVTransferConfig
-	// Secret is the deployment secret the KV side channel requires.
+	// Secret is the deployment secret: the KV side channel requires it of
+	// peers, and every HTTP endpoint but /health and /metrics requires it as
+	// "Authorization: Bearer <Secret>". Empty means anyone who can reach the
+	// worker may use it.
 	Secret string
+	// MaxModelLen bounds prompt plus output tokens (vLLM's --max-model-len;
+	// default and ceiling: the model's max_position_embeddings).
+	MaxModelLen int
 	// MaxBodyBytes bounds request bodies (default 16 MiB).
 	MaxBodyBytes int64
 	// TTSTokenIDs are the pad, bos and eos tokens whose embeddings a
@@ -75,6 +87,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if positions := cfg.Engine.Model().Config.MaxPositionEmbeddings; cfg.MaxModelLen <= 0 {
+		cfg.MaxModelLen = positions
+	} else if cfg.MaxModelLen > positions {
+		return nil, fmt.Errorf("worker: max model length %d exceeds the model's %d positions", cfg.MaxModelLen, positions)
+	}
 	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret)
 	if err != nil {
 		return nil, err
@@ -89,7 +106,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux(),
-		stashes: stageconn.NewStore(stageconn.Config{TTL: cfg.StashTTL, Secret: cfg.Secret})}
+		// The store's routes sit behind the worker's own secret check, like
+		// every other route, so the store itself checks nothing twice.
+		stashes: stageconn.NewStore(stageconn.Config{TTL: cfg.StashTTL})}
 	var leases metrics.KVLeaseStats
 	if kv != nil {
 		leases = kv
@@ -147,9 +166,58 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = openai.NewID("")
 	}
 	w.Header().Set("X-Request-Id", id)
+	if !allowed(w, r, s.cfg.Secret, s.log) {
+		return
+	}
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	s.mux.ServeHTTP(w, r)
 }
+
+// allowed is every stage worker's front door: with a secret, a request to
+// anything but /health and /metrics must carry "Authorization: Bearer
+// <secret>", or it is answered 401 before any handler runs — no engine
+// work, no stash read or drop, no KV transfer. Neither the secret nor what
+// the caller sent is logged.
+func allowed(w http.ResponseWriter, r *http.Request, secret string, log *slog.Logger) bool {
+	if secret == "" || r.URL.Path == "/health" || r.URL.Path == "/metrics" || openai.HasBearer(r, secret) {
+		return true
+	}
+	log.Warn("refused a request without the deployment secret", "path", r.URL.Path, "remote", r.RemoteAddr,
+		"request_id", r.Header.Get("X-Request-Id"))
+	_ = openai.WriteUnauthorized(w, "this stage worker requires the deployment secret as \"Authorization: Bearer <secret>\"")
+	return false
+}
+
+// MaxModelLen is the longest prompt plus output, in tokens, the worker serves.
+func (s *Server) MaxModelLen() int { return s.cfg.MaxModelLen }
+
+// fitsContext refuses a request whose prompt and output cannot fit the
+// context, naming both numbers, before the engine sees it.
+func (s *Server) fitsContext(chat bool, prompt, maxTokens int) error {
+	param := "prompt"
+	if chat {
+		param = "messages"
+	}
+	limit := s.cfg.MaxModelLen
+	var msg string
+	switch {
+	case prompt >= limit:
+		msg = fmt.Sprintf("this model's maximum context length is %d tokens; the prompt has %d", limit, prompt)
+	case prompt+maxTokens > limit:
+		msg = fmt.Sprintf("this model's maximum context length is %d tokens; the prompt has %d and max_tokens asks for %d more (%d in all)",
+			limit, prompt, maxTokens, prompt+maxTokens)
+	default:
+		return nil
+	}
+	e := openai.InvalidRequest(param, msg)
+	code := CodeContextLengthExceeded
+	e.Detail.Code = &code
+	return e
+}
+
+// CodeContextLengthExceeded is the error code of a request that does not fit
+// the model's context, as OpenAI names it.
+const CodeContextLengthExceeded = "context_length_exceeded"
 
 type requestIDKey struct{}
 
@@ -216,7 +284,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 			"created":       s.created,
 			"owned_by":      "omnipd",
 			"root":          s.cfg.ModelName,
-			"max_model_len": s.eng.Model().Config.MaxPositionEmbeddings,
+			"max_model_len": s.cfg.MaxModelLen,
 		}},
 	})
 }
@@ -261,7 +329,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return openai.InvalidRequest("prompt", "give a prompt or messages")
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.eng.Model().Config.MaxPositionEmbeddings, "tokens": ids})
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.cfg.MaxModelLen, "tokens": ids})
 	return nil
 }
 

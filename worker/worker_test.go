@@ -36,6 +36,10 @@ var (
 	testTokenizer = tokenizer.Default()
 )
 
+// testSecret is the deployment secret of the test workers; every request to
+// them but /health and /metrics carries it.
+const testSecret = "s3cret"
+
 type testWorker struct {
 	*Server
 	url string
@@ -55,7 +59,7 @@ func newTestWorker(t *testing.T, kv string) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Engine: eng, KV: cfg, Secret: "s3cret", Logger: slog.New(slog.DiscardHandler)})
+	srv, err := New(Config{Engine: eng, KV: cfg, Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +97,7 @@ func post(ctx context.Context, url, id string, body map[string]any) (*completion
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
+	req.Header.Set("Authorization", "Bearer "+testSecret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, 0, err
@@ -439,7 +444,9 @@ func prefillDecodeWith(ctx context.Context, prefill, decode *testWorker, id stri
 func readFrames(t *testing.T, url string, req stageapi.TalkerRequest) [][]int {
 	t.Helper()
 	b, _ := json.Marshal(req)
-	resp, err := http.Post(url+"/v1/omnipd/talker", "application/json", bytes.NewReader(b))
+	hreq, _ := http.NewRequest("POST", url+"/v1/omnipd/talker", bytes.NewReader(b))
+	hreq.Header.Set("Authorization", "Bearer "+testSecret)
+	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil {
 		t.Fatal(err)
 	}

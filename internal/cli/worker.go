@@ -28,6 +28,7 @@ func newWorkerCmd() *cobra.Command {
 		ecfg                                        engine.Config
 	)
 	var simulateProfile string
+	var maxModelLen int
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
 		Short: "Serve one reference engine with vLLM's OpenAI-compatible API",
@@ -36,17 +37,20 @@ API vllm serve offers: /v1/completions, /v1/chat/completions, /v1/models,
 /health and /metrics. Without --model it serves the built-in tiny model, so
 nothing is downloaded. --kv-transfer-config takes vLLM's JSON; with
 kv_connector ReferenceConnector the worker moves KV blocks to and from other
-workers over its side channel (kv_ip:kv_port). The side channel refuses peers
-that do not know --secret (or OMNIPD_SECRET) when one is set.`,
+workers over its side channel (kv_ip:kv_port). With --secret (or
+OMNIPD_SECRET) every endpoint but /health and /metrics requires
+"Authorization: Bearer <secret>" — what vllm serve --api-key checks — and the
+side channel refuses peers that do not know it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if secret == "" {
 				secret = os.Getenv("OMNIPD_SECRET")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			warnWorkerExposure(host, secret, log)
 			switch stage {
 			case "code2wav":
-				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), log), log, stage)
+				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), secret, log), log, stage)
 			case "talker":
 				return serveHandler(cmd.Context(), host, port, worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, log), log, stage)
 			case "thinker":
@@ -84,7 +88,7 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 			go func() { eng.Run(ctx); close(engineDone) }()
 			defer func() { cancel(); <-engineDone }()
 
-			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, Logger: log})
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -100,7 +104,8 @@ that do not know --secret (or OMNIPD_SECRET) when one is set.`,
 	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")
 	f.StringVar(&name, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.StringVar(&kvJSON, "kv-transfer-config", "", "vLLM KVTransferConfig JSON; kv_connector ReferenceConnector moves KV between workers")
-	f.StringVar(&secret, "secret", "", "deployment secret the KV side channel requires (default $OMNIPD_SECRET)")
+	f.StringVar(&secret, "secret", "", "deployment secret every endpoint but /health and /metrics and the KV side channel require (default $OMNIPD_SECRET)")
+	f.IntVar(&maxModelLen, "max-model-len", 0, "longest prompt plus output, in tokens (0: the model's max_position_embeddings)")
 	f.IntVar(&ecfg.BlockSize, "block-size", 16, "token positions per KV block")
 	f.IntVar(&ecfg.NumBlocks, "num-blocks", 4096, "KV cache size in blocks")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
@@ -161,4 +166,19 @@ func loadModel(dir string) (*model.Model, *tokenizer.Tokenizer, error) {
 		return nil, nil, fmt.Errorf("the tokenizer has %d tokens, the model's vocabulary %d", tok.VocabSize(), m.Config.VocabSize)
 	}
 	return m, tok, nil
+}
+
+// warnWorkerExposure says who can use a worker that has no secret: anyone
+// who can reach it can run its engine, read its conditioning and start KV
+// transfers — other users of this host on loopback, anyone on the network
+// beyond it.
+func warnWorkerExposure(host, secret string, log *slog.Logger) {
+	if secret != "" {
+		return
+	}
+	who := "any process on this host"
+	if !isLoopback(host) {
+		who = "anyone who can reach this host (listening on " + host + ")"
+	}
+	log.Warn("no deployment secret: " + who + " can use this worker (run its engine, read its conditioning, start KV transfers); set --secret or OMNIPD_SECRET")
 }

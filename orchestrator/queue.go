@@ -1,0 +1,76 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/omnipd/omnipd/stageclient"
+)
+
+// ErrStageBusy is the cause of the 429 a request gets when every instance
+// of a stage it needs is at its pool's MaxQueue.
+var ErrStageBusy = errors.New("every instance of the stage is at its queue bound")
+
+// busy reports whether in cannot take another leg under p's bound.
+func (p *Pool) busy(in *Instance) bool {
+	return p.MaxQueue > 0 && in.inflight.Load() >= int64(p.MaxQueue)
+}
+
+// admit counts a leg onto in, or refuses it when in is at its pool's bound.
+// Instances are picked least loaded first, so a full one means every
+// healthy instance is full. The count goes up before it is checked, so
+// concurrent legs can never overshoot the bound together.
+func (o *Orchestrator) admit(p *Pool, in *Instance) error {
+	n := in.inflight.Add(1)
+	if p.MaxQueue > 0 && n > int64(p.MaxQueue) {
+		in.inflight.Add(-1)
+		return o.queueFull(p)
+	}
+	o.cfg.Metrics.AddInFlight(p.Name, in.Client.BaseURL(), 1)
+	return nil
+}
+
+// preflight refuses a request up front when a stage it will need later has
+// no room now, so that no earlier leg (a prefill whose KV would then wait
+// out its lease, a Thinker whose conditioning nobody fetches) runs for a
+// request that cannot finish. admit remains the bound itself.
+func (o *Orchestrator) preflight(pools ...*Pool) error {
+	for _, p := range pools {
+		if p == nil || p.MaxQueue <= 0 {
+			continue
+		}
+		if in := p.pick(o.now(), nil); in != nil && p.busy(in) {
+			return o.queueFull(p)
+		}
+	}
+	return nil
+}
+
+func (o *Orchestrator) queueFull(p *Pool) *Error {
+	o.cfg.Metrics.RecordStageQueueFull(p.Name)
+	return &Error{
+		Status: http.StatusTooManyRequests,
+		Code:   "stage_queue_full",
+		Msg:    fmt.Sprintf("every %s instance has %d requests queued or in flight; retry shortly", p.Name, p.MaxQueue),
+		Cause:  ErrStageBusy,
+	}
+}
+
+// credentialRefused is the failure of a leg the stage refused for want of
+// the deployment secret (401, or 403 behind some proxies): a deployment
+// misconfiguration, not the client's doing, so the client gets 502 rather
+// than the stage's 401 (which would read as its own API key being wrong).
+// Nil when err is something else.
+func credentialRefused(stage string, err error) *Error {
+	var ue *stageclient.UpstreamError
+	if !errors.As(err, &ue) || (ue.Status != http.StatusUnauthorized && ue.Status != http.StatusForbidden) {
+		return nil
+	}
+	return &Error{
+		Status: http.StatusBadGateway,
+		Code:   stage + "_unauthorized",
+		Msg:    "the " + stage + " stage refused omnipd's deployment secret; check OMNIPD_SECRET and the engines' --api-key",
+		Cause:  err,
+	}
+}

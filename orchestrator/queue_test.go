@@ -1,0 +1,169 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/stageclient"
+)
+
+// blockingStage answers like decodeAnswer once release is closed, and says
+// on received when a request has arrived.
+func blockingStage(release <-chan struct{}) *fakeStage {
+	return &fakeStage{received: make(chan struct{}, 16), answer: func(w http.ResponseWriter, body map[string]any) {
+		<-release
+		decodeAnswer(w, body)
+	}}
+}
+
+func received(f *fakeStage) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.bodies)
+}
+
+func scrapeMetrics(t *testing.T, m *metrics.Orchestrator) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+func wantQueueFull(t *testing.T, err error, stage string) {
+	t.Helper()
+	var oe *Error
+	if !errors.As(err, &oe) || oe.Status != 429 || oe.Code != "stage_queue_full" || !errors.Is(err, ErrStageBusy) || !strings.Contains(oe.Msg, stage) {
+		t.Fatalf("err = %v, want a 429 stage_queue_full naming %s", err, stage)
+	}
+	if r := oe.Response(); r.Detail.Type != "rate_limit_error" || r.Status != 429 {
+		t.Errorf("client body %+v, want a rate_limit_error", r)
+	}
+}
+
+// A stage whose every instance has MaxQueue legs in flight refuses the next
+// request with a 429 naming it, counted, and sends it nothing; once a leg
+// finishes there is room again.
+func TestStageQueueBound(t *testing.T) {
+	release := make(chan struct{})
+	var stages []*fakeStage
+	var instances []*Instance
+	for range 2 {
+		st := blockingStage(release)
+		hs := httptest.NewServer(st)
+		t.Cleanup(hs.Close)
+		c, err := stageclient.New(stageclient.Config{BaseURL: hs.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stages = append(stages, st)
+		instances = append(instances, &Instance{Client: c})
+	}
+	m := metrics.NewOrchestrator()
+	o, err := New(Config{Decode: &Pool{Name: "thinker", MaxQueue: 2, Instances: instances}, Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	const inFlight = 4 // two instances, two each
+	reqs := make([]*Request, inFlight+1)
+	for i := range reqs {
+		reqs[i] = chatRequest(t, fmt.Sprint("r", i), body)
+	}
+	results := make(chan error, inFlight)
+	for _, req := range reqs[:inFlight] {
+		go func() {
+			res, err := o.Do(context.Background(), req)
+			if err == nil {
+				res.Close()
+			}
+			results <- err
+		}()
+	}
+	for i := range inFlight {
+		<-stages[i%2].received // both instances fill up, least loaded first
+	}
+	_, err = o.Do(context.Background(), reqs[inFlight])
+	wantQueueFull(t, err, "thinker")
+	close(release)
+	for range inFlight {
+		if err := <-results; err != nil {
+			t.Errorf("a request within the bound: %v", err)
+		}
+	}
+	for i, st := range stages {
+		if n := received(st); n != 2 {
+			t.Errorf("instance %d received %d requests, want 2 (none over its bound)", i, n)
+		}
+	}
+	res, err := o.Do(context.Background(), chatRequest(t, "after", body))
+	if err != nil {
+		t.Fatalf("with room again: %v", err)
+	}
+	res.Close()
+	if text := scrapeMetrics(t, m); !strings.Contains(text, `omnipd_stage_queue_full_total{stage="thinker"} 1`) {
+		t.Errorf("the refusal is not counted:\n%s", text)
+	}
+}
+
+// Under PD a request whose decode stage is full is refused before its
+// prefill runs: no KV is exported for a decode that cannot take it.
+func TestFullDecodeRefusedBeforePrefill(t *testing.T) {
+	release := make(chan struct{})
+	pre := &fakeStage{answer: nixlPrefillAnswer}
+	dec := blockingStage(release)
+	o := newOrch(t, pre, dec, "NixlConnector")
+	o.cfg.Decode.MaxQueue = 1
+	first := chatRequest(t, "r1", `{"messages":[{"role":"user","content":"hi"}]}`)
+	second := chatRequest(t, "r2", `{"messages":[{"role":"user","content":"hi"}]}`)
+	done := make(chan error, 1)
+	go func() {
+		res, err := o.Do(context.Background(), first)
+		if err == nil {
+			res.Close()
+		}
+		done <- err
+	}()
+	<-dec.received
+	_, err := o.Do(context.Background(), second)
+	wantQueueFull(t, err, "d0")
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := received(pre); n != 1 {
+		t.Errorf("the prefill ran %d times, want once: the refused request must not reach it", n)
+	}
+}
+
+// A stage that refuses omnipd's deployment secret is a 502 naming the
+// stage, not a 401 the client would take for its own API key.
+func TestStageRefusingTheSecretIs502(t *testing.T) {
+	refuse := func(w http.ResponseWriter, _ map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":"Unauthorized"}`)
+	}
+	for _, c := range []struct {
+		name     string
+		pre, dec *fakeStage
+		code     string
+	}{
+		{"prefill", &fakeStage{answer: refuse}, &fakeStage{answer: decodeAnswer}, "prefill_unauthorized"},
+		{"decode", &fakeStage{answer: nixlPrefillAnswer}, &fakeStage{answer: refuse}, "decode_unauthorized"},
+	} {
+		o := newOrch(t, c.pre, c.dec, "NixlConnector")
+		_, err := o.Do(context.Background(), chatRequest(t, "r", `{"messages":[{"role":"user","content":"hi"}]}`))
+		var oe *Error
+		if !errors.As(err, &oe) || oe.Status != 502 || oe.Code != c.code || oe.Response().Status != 502 {
+			t.Errorf("%s refuses: %v, want a 502 %s", c.name, err, c.code)
+		}
+	}
+}

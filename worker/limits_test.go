@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/omnipd/omnipd/engine"
+)
+
+// A prompt that does not fit --max-model-len, alone or with its max_tokens,
+// is a 400 context_length_exceeded naming the numbers, before the engine
+// runs; one that fits is served.
+func TestContextLengthExceeded(t *testing.T) {
+	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	srv, err := New(Config{Engine: eng, MaxModelLen: 64, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	tokens := func(n int) string {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprint(i + 1)
+		}
+		return "[" + strings.Join(ids, ",") + "]"
+	}
+	for _, c := range []struct {
+		path, body string
+		param      string
+		numbers    []string
+	}{
+		{"/v1/completions", `{"prompt":` + tokens(70) + `,"max_tokens":1}`, "prompt", []string{"64", "70"}},
+		{"/v1/completions", `{"prompt":` + tokens(60) + `,"max_tokens":10}`, "prompt", []string{"64", "60", "10", "70"}},
+		{"/v1/completions", `{"prompt":` + tokens(60) + `}`, "prompt", []string{"64", "60", "16"}}, // the default max_tokens
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 80) + `"}]}`, "messages", []string{"64"}},
+	} {
+		status, _, b := call(t, "POST", hs.URL+c.path, "", c.body)
+		var e struct {
+			Error struct{ Message, Code, Param string } `json:"error"`
+		}
+		if status != 400 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != CodeContextLengthExceeded || e.Error.Param != c.param {
+			t.Errorf("%s %.40s: %d %s; want 400 %s on %s", c.path, c.body, status, b, CodeContextLengthExceeded, c.param)
+			continue
+		}
+		for _, n := range c.numbers {
+			if !strings.Contains(e.Error.Message, n) {
+				t.Errorf("%q does not name %s", e.Error.Message, n)
+			}
+		}
+	}
+	if st := eng.Stats(); st.PromptTokensComputed != 0 {
+		t.Errorf("refused prompts reached the engine: %+v", st)
+	}
+	if status, _, b := call(t, "POST", hs.URL+"/v1/completions", "", `{"prompt":`+tokens(60)+`,"max_tokens":4}`); status != 200 {
+		t.Errorf("a prompt that fits: %d %s", status, b)
+	}
+	if _, _, b := call(t, "GET", hs.URL+"/v1/models", "", ""); !strings.Contains(b, `"max_model_len":64`) {
+		t.Errorf("/v1/models does not report the configured length: %s", b)
+	}
+	if _, err := New(Config{Engine: eng, MaxModelLen: testModel.Config.MaxPositionEmbeddings + 1}); err == nil {
+		t.Error("a max model length beyond the model's positions was accepted")
+	}
+}

@@ -1,17 +1,25 @@
 // Package server is omnipd's public HTTP API: OpenAI's chat completions and
 // completions (streaming and not), /v1/models, /health and /metrics, with
-// request ids, limits, and OpenAI error bodies. It hands each request to the
-// orchestrator and relays the answer; SSE events are passed on as they
-// arrive, never buffered.
+// request ids, API keys, limits, and OpenAI error bodies. It hands each
+// request to the orchestrator and relays the answer; SSE events are passed on
+// as they arrive, never buffered.
+//
+// What a client may steer stops here: fields that only omnipd may set on a
+// stage leg (kv_transfer_params, omnipd_conditioning) are refused, and the
+// request id the stages see is unique even when a client chooses its own.
 package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +48,19 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxConcurrent bounds requests in flight; more get 429 (default 1024).
 	MaxConcurrent int
-	Metrics       *metrics.Orchestrator
-	Logger        *slog.Logger
+	// MaxTokensLimit rejects a max_tokens or max_completion_tokens above it
+	// with 400; 0 means no limit of omnipd's own (the Thinker still refuses
+	// what does not fit its context).
+	MaxTokensLimit int
+	// APIKey, when set, must come as "Authorization: Bearer <APIKey>" on
+	// every /v1/ request; anything else gets 401.
+	APIKey string
+	// AuthHealth and AuthMetrics require the API key on /health and
+	// /metrics as well; without them those stay open for probes and
+	// scrapers.
+	AuthHealth, AuthMetrics bool
+	Metrics                 *metrics.Orchestrator
+	Logger                  *slog.Logger
 }
 
 // Server is the public API handler.
@@ -77,19 +96,62 @@ func New(cfg Config) *Server {
 
 type requestIDKey struct{}
 
-// RequestID returns the request id the server assigned to ctx's request.
+// RequestID returns the request id the server assigned to ctx's request:
+// the id its stage legs carry and its log lines name.
 func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get("X-Request-Id")
-	if !validRequestID(id) {
-		id = openai.NewID("")
+	echo, id := requestIDs(r.Header.Get("X-Request-Id"))
+	w.Header().Set("X-Request-Id", echo)
+	ctx := context.WithValue(r.Context(), requestIDKey{}, id)
+	if s.cfg.APIKey != "" && s.protected(r.URL.Path) && !openai.HasBearer(r, s.cfg.APIKey) {
+		s.unauthorized(w, r, id)
+		return
 	}
-	w.Header().Set("X-Request-Id", id)
-	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// requestIDs returns the id to echo to the client and the id the request
+// is known by inside omnipd. A client's own X-Request-Id is echoed and
+// logged, but stage legs never carry it bare: the engines key KV leases,
+// transfer ids and conditioning by the request id, so two requests that
+// share one — by accident, or a client naming another's id — could read
+// each other's KV. The suffix keeps the client's id greppable in every log.
+func requestIDs(client string) (echo, id string) {
+	if !validRequestID(client) {
+		id = openai.NewID("")
+		return id, id
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return client, client + "-" + hex.EncodeToString(b[:])
+}
+
+// protected reports whether path needs the API key: the whole OpenAI API,
+// and /health and /metrics when so configured.
+func (s *Server) protected(path string) bool {
+	switch path {
+	case "/health":
+		return s.cfg.AuthHealth
+	case "/metrics":
+		return s.cfg.AuthMetrics
+	}
+	return path == "/v1" || strings.HasPrefix(path, "/v1/")
+}
+
+// unauthorized refuses a request without the right API key. Neither the
+// key nor what the client sent is logged.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, id string) {
+	msg := "incorrect API key provided"
+	if _, ok := openai.BearerToken(r); !ok {
+		msg = "missing API key: send it as \"Authorization: Bearer <key>\""
+	}
+	s.log.Info("request rejected", "request_id", id, "status", http.StatusUnauthorized, "path", r.URL.Path, "reason", msg)
+	s.cfg.Metrics.RecordRequest("none", http.StatusUnauthorized, 0)
+	_ = openai.WriteUnauthorized(w, msg)
 }
 
 // validRequestID accepts ids that are safe to pass on in headers and logs.
@@ -153,7 +215,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		default:
 			resp = openai.InternalError("internal error")
 		}
-		if resp.Status == http.StatusServiceUnavailable {
+		if resp.Status == http.StatusServiceUnavailable || resp.Status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", "1")
 		}
 		if resp.Status >= 500 {
@@ -173,7 +235,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkModel(req.Model); err != nil {
 		return err
 	}
-	req.KVTransferParams = nil // never from a client
+	if err := s.checkClientFields(req.KVTransferParams, req.Extra); err != nil {
+		return err
+	}
+	if err := s.checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
+		return err
+	}
+	if err := s.checkMaxTokens("max_completion_tokens", req.MaxCompletionTokens); err != nil {
+		return err
+	}
 	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Chat: req})
 }
 
@@ -185,8 +255,57 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkModel(req.Model); err != nil {
 		return err
 	}
-	req.KVTransferParams = nil
+	if err := s.checkClientFields(req.KVTransferParams, req.Extra); err != nil {
+		return err
+	}
+	if err := s.checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
+		return err
+	}
 	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Completion: req})
+}
+
+// checkClientFields refuses the fields only omnipd may put on a stage leg.
+// kv_transfer_params steer an engine's KV connector: a do_remote_prefill
+// without block ids can crash vLLM, and a forged one could point a decode at
+// another request's KV. They are refused wherever an engine would read them:
+// at the top level, inside vllm_xargs (which vLLM copies into the same
+// extra_args the connector reads), and inside a literal extra_body object (a
+// client that meant the OpenAI SDK's extra_body). omnipd_conditioning would
+// make a worker keep tensors under a key of the client's choosing. Refusing
+// rather than dropping tells the client its field had no effect.
+func (s *Server) checkClientFields(kv map[string]any, extra map[string]json.RawMessage) error {
+	const why = "is set by omnipd for its stages and may not come from a client"
+	if kv != nil {
+		return openai.InvalidRequest("kv_transfer_params", "kv_transfer_params "+why)
+	}
+	if _, ok := extra["omnipd_conditioning"]; ok {
+		return openai.InvalidRequest("omnipd_conditioning", "omnipd_conditioning "+why)
+	}
+	for _, outer := range []string{"vllm_xargs", "extra_body"} {
+		raw, ok := extra[outer]
+		if !ok {
+			continue
+		}
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(raw, &inner) != nil {
+			continue // not an object: nothing an engine reads as KV params
+		}
+		for _, key := range []string{"kv_transfer_params", "omnipd_conditioning"} {
+			if _, ok := inner[key]; ok {
+				param := outer + "." + key
+				return openai.InvalidRequest(param, param+" "+why)
+			}
+		}
+	}
+	return nil
+}
+
+// checkMaxTokens enforces MaxTokensLimit on one of the output-length fields.
+func (s *Server) checkMaxTokens(param string, v *int) error {
+	if s.cfg.MaxTokensLimit > 0 && v != nil && *v > s.cfg.MaxTokensLimit {
+		return openai.InvalidRequest(param, fmt.Sprintf("%s is %d; this server allows at most %d", param, *v, s.cfg.MaxTokensLimit))
+	}
+	return nil
 }
 
 func (s *Server) checkModel(model string) error {

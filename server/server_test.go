@@ -80,7 +80,7 @@ func pool(t *testing.T, name string, ws ...*refWorker) *orchestrator.Pool {
 	t.Helper()
 	p := &orchestrator.Pool{Name: name}
 	for _, w := range ws {
-		c, err := stageclient.New(stageclient.Config{BaseURL: w.url})
+		c, err := stageclient.New(stageclient.Config{BaseURL: w.url, Secret: secret})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,12 +372,12 @@ func TestAPIErrors(t *testing.T) {
 			t.Errorf("%s: %d %v %s", c.body, status, err, body)
 		}
 	}
-	// Client-sent kv_transfer_params never reach an engine: a decode flag
-	// without block ids would be a 400 from the worker; here it is ignored.
+	// Client-sent kv_transfer_params never reach an engine: they are
+	// refused, naming the field (TestClientKVParamsNeverReachAnEngine).
 	status, _, body, _ := postChat(context.Background(), pd.url,
 		`{"messages":[{"role":"user","content":"x"}],"max_tokens":3,"kv_transfer_params":{"do_remote_prefill":true}}`)
-	if status != 200 {
-		t.Errorf("client kv_transfer_params were forwarded: %d %s", status, body)
+	if status != 400 || !strings.Contains(body, `"param":"kv_transfer_params"`) {
+		t.Errorf("client kv_transfer_params: %d %s", status, body)
 	}
 }
 

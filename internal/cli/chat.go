@@ -24,6 +24,9 @@ func newChatCmd() *cobra.Command {
 		Short: "Ask a running omnipd a question; print the text, write the audio",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("api-key") {
+				apiKey = os.Getenv("OMNIPD_API_KEY")
+			}
 			req := map[string]any{
 				"messages":   []map[string]string{{"role": "user", "content": args[0]}},
 				"max_tokens": maxTokens,
@@ -94,6 +97,8 @@ func newChatCmd() *cobra.Command {
 	f.StringVar(&url, "url", "http://127.0.0.1:8000", "omnipd's base URL")
 	f.StringVar(&audioPath, "audio", "", "write the spoken answer to this WAV file")
 	f.IntVar(&maxTokens, "max-tokens", 64, "the longest answer, in tokens")
-	f.StringVar(&apiKey, "api-key", os.Getenv("OMNIPD_API_KEY"), "API key, if the server requires one")
+	// No default from the environment: cobra prints defaults in its usage
+	// text, and a key must never be printed.
+	f.StringVar(&apiKey, "api-key", "", "API key, if the server requires one (default $OMNIPD_API_KEY; the flag wins)")
 	return cmd
 }

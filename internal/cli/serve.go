@@ -36,6 +36,7 @@ func newServeCmd() *cobra.Command {
 		modelName    string
 		stageIdle    time.Duration
 	)
+	var access accessOptions
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE] [--host H] [--port N] [--pd=false]",
 		Short: "Serve the OpenAI API over a prefill/decode topology",
@@ -56,7 +57,10 @@ every stage is.`,
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			return serve(cmd.Context(), doc, serveOptions{
+			if !cmd.Flags().Changed("api-key") {
+				access.apiKey = os.Getenv("OMNIPD_API_KEY")
+			}
+			return serve(cmd.Context(), doc, serveOptions{access: access,
 				host: host, port: port, drain: drainTimeout, model: modelName, stageIdle: stageIdle,
 				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(), simulate: cmd.Flag("simulate").Value.String(),
 			})
@@ -73,10 +77,12 @@ every stage is.`,
 	f.DurationVar(&stageIdle, "stage-idle-timeout", orchestrator.DefaultStageIdleTimeout,
 		"how long a stage after the prefill (decode, Talker, Code2Wav) may send nothing — a stream's next event, or a whole answer — before the request fails with 504 (0: wait forever)")
 	f.String("simulate", "", simulateUsage("every Thinker worker omnipd starts"))
+	access.register(cmd)
 	return cmd
 }
 
 type serveOptions struct {
+	access         accessOptions
 	host, model    string
 	port           int
 	drain          time.Duration
@@ -92,7 +98,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	secret, err := newSecret()
+	secret, err := deploymentSecret(doc, o.access.secretFile, o.log)
 	if err != nil {
 		return err
 	}
@@ -117,7 +123,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
 			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
 		}
-		pool := &orchestrator.Pool{Name: s.ModelStage}
+		pool := &orchestrator.Pool{Name: s.ModelStage, MaxQueue: o.access.maxStageQueue}
 		if s.Role != topology.RoleFull {
 			pool.Name += "-" + s.Role.String()
 		}
@@ -129,6 +135,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				if s.ModelStage == "thinker" {
 					if spec.KVTransferConfig, err = workerKVConfig(s, r); err != nil {
 						return err
+					}
+					if o.access.maxModelLen > 0 {
+						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
 					}
 				} else {
 					spec.Args = []string{"--stage", s.ModelStage}
@@ -151,7 +160,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				url = w.URL()
 				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, spec.Name, url)
 			}
-			client, err := stageclient.New(stageclient.Config{BaseURL: url})
+			client, err := stageclient.New(stageclient.Config{BaseURL: url, Secret: secret})
 			if err != nil {
 				return fmt.Errorf("stage %d: %w", s.ID, err)
 			}
@@ -217,7 +226,10 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	for _, p := range pools {
 		all = append(all, p.Instances...)
 	}
+	o.access.warnExposure(o.host, o.log)
 	handler := server.New(server.Config{
+		APIKey: o.access.apiKey, AuthHealth: o.access.authHealth, AuthMetrics: o.access.authMetrics,
+		MaxConcurrent: o.access.maxConcurrent, MaxTokensLimit: o.access.tokensLimit(ctx, cfg.Decode, o.log),
 		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m,
 		Ready: func(ctx context.Context) error {
 			for _, in := range all {
@@ -328,4 +340,105 @@ func newSecret() (string, error) {
 		return "", fmt.Errorf("make the deployment secret: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// accessOptions are serve's settings for who may call it and how much one
+// request or one stage may take on.
+type accessOptions struct {
+	apiKey                  string
+	authHealth, authMetrics bool
+	secretFile              string
+	maxConcurrent           int
+	maxTokensLimit          int
+	maxModelLen             int
+	maxStageQueue           int
+}
+
+func (a *accessOptions) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	// No default from the environment here: cobra prints flag defaults in
+	// its usage text, and the key must never be printed.
+	f.StringVar(&a.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/* (default $OMNIPD_API_KEY; the flag wins)")
+	f.BoolVar(&a.authHealth, "auth-health", false, "require the API key on /health too")
+	f.BoolVar(&a.authMetrics, "auth-metrics", false, "require the API key on /metrics too")
+	f.StringVar(&a.secretFile, "secret-file", "", "file holding the deployment secret stage calls carry (default $OMNIPD_SECRET; generated when omnipd starts every stage)")
+	f.IntVar(&a.maxConcurrent, "max-concurrent", 1024, "requests in flight at once; more get 429 with Retry-After")
+	f.IntVar(&a.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens a request may ask for; more is 400 (0: the Thinker's max model length; negative: no limit of omnipd's own)")
+	f.IntVar(&a.maxModelLen, "max-model-len", 0, "the Thinker's context, prompt plus output, in tokens, for the reference workers omnipd starts (0: the model's)")
+	f.IntVar(&a.maxStageQueue, "max-stage-queue", 512, "requests omnipd may have queued or in flight on each stage instance; when every instance of a stage is full, 429 (0: no bound)")
+}
+
+// tokensLimit resolves --max-tokens-limit: by default the Thinker's max
+// model length, as --max-model-len gives it or as the Thinker reports it on
+// /v1/models (vLLM and the reference worker both do).
+func (a *accessOptions) tokensLimit(ctx context.Context, thinker *orchestrator.Pool, log *slog.Logger) int {
+	switch {
+	case a.maxTokensLimit < 0:
+		return 0
+	case a.maxTokensLimit > 0:
+		return a.maxTokensLimit
+	case a.maxModelLen > 0:
+		return a.maxModelLen
+	case thinker == nil || len(thinker.Instances) == 0:
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := thinker.Instances[0].Client.MaxModelLen(ctx)
+	if err != nil || n <= 0 {
+		log.Warn("the Thinker's max model length is unknown, so max_tokens is bounded only by the engines; set --max-tokens-limit", "err", err)
+		return 0
+	}
+	return n
+}
+
+// warnExposure says so when the API can be reached from other hosts and
+// nothing but the network stands in the way.
+func (a *accessOptions) warnExposure(host string, log *slog.Logger) {
+	if a.apiKey == "" && !isLoopback(host) {
+		log.Warn("omnipd serve listens beyond this host without an API key: anyone who can reach it can use the model; set --api-key or OMNIPD_API_KEY", "host", host)
+	}
+}
+
+// isLoopback reports whether listening on host keeps a server on this
+// machine. An empty host, 0.0.0.0 and :: listen everywhere; a name other
+// than localhost may resolve to anything.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// deploymentSecret is the secret every stage call carries and every
+// reference worker omnipd starts requires: the one --secret-file or
+// $OMNIPD_SECRET gives (engines already running — vllm serve with
+// VLLM_API_KEY, omnipd workers with OMNIPD_SECRET — must know it), else a
+// fresh one when omnipd starts every stage itself. With running engines and
+// no secret given, stage calls go without one, and it says so.
+func deploymentSecret(doc *deploy.Document, file string, log *slog.Logger) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--secret-file: %w", err)
+		}
+		secret := strings.TrimSpace(string(b))
+		if secret == "" {
+			return "", fmt.Errorf("--secret-file %s is empty", file)
+		}
+		return secret, nil
+	}
+	if secret := os.Getenv("OMNIPD_SECRET"); secret != "" {
+		return secret, nil
+	}
+	for _, s := range doc.Stages {
+		for _, r := range s.Replicas {
+			if r.Endpoint != "" {
+				log.Warn("stages with endpoints: and no deployment secret (OMNIPD_SECRET or --secret-file): stage calls carry no credential, so the engines accept anyone who can reach them")
+				return "", nil
+			}
+		}
+	}
+	return newSecret()
 }

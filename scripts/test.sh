@@ -16,6 +16,12 @@ fi
 echo "== go vet"
 go vet ./...
 
+# Real etcd and kube-apiserver binaries for kube/kubetest, built once into a
+# cache directory keyed by their versions (skipped when already there).
+echo "== kube-apiserver and etcd for kube/kubetest"
+OMNIPD_KUBE_ASSETS="$(./scripts/kube-assets.sh)"
+export OMNIPD_KUBE_ASSETS
+
 echo "== go test -race"
 go test -race -count=1 ./...
 

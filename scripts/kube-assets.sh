@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the etcd and kube-apiserver binaries that kube/kubetest runs its
+# manifests against, from the Go module in tools/kube-apiserver (through the
+# Go module proxy, like any other dependency). The binaries go to a cache
+# directory keyed by their versions, and the build is skipped when both are
+# already there. Progress goes to stderr; the directory is the one line on
+# stdout, so that:
+#
+#   export OMNIPD_KUBE_ASSETS="$(./scripts/kube-assets.sh)"
+#
+# OMNIPD_KUBE_ASSETS, when set, names the directory to fill instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mod=tools/kube-apiserver
+kube=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' "$mod/go.mod")
+etcd=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' "$mod/go.mod")
+if [ -z "$kube" ] || [ -z "$etcd" ]; then
+  echo "kube-assets: cannot read the kubernetes and etcd versions from $mod/go.mod" >&2
+  exit 1
+fi
+dir="${OMNIPD_KUBE_ASSETS:-$HOME/.cache/omnipd/kube-$kube-etcd-$etcd}"
+
+if [ -x "$dir/etcd" ] && [ -x "$dir/kube-apiserver" ]; then
+  echo "kube-assets: etcd $etcd and kube-apiserver $kube already in $dir" >&2
+  echo "$dir"
+  exit 0
+fi
+
+mkdir -p "$dir"
+tmp=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+echo "kube-assets: building etcd $etcd and kube-apiserver $kube into $dir (a few minutes when cold)" >&2
+start=$SECONDS
+minor=${kube#*.}
+minor=${minor%%.*}
+# One go build for both binaries, so that the packages they share compile
+# once and the two links run in parallel. The version is stamped the way
+# the Kubernetes release build does it, so the server reports v$kube.
+ldflags="-s -w"
+for kv in gitVersion=v$kube gitMajor=${kube%%.*} gitMinor=$minor gitTreeState=clean; do
+  ldflags="$ldflags -X k8s.io/component-base/version.$kv"
+done
+(cd "$mod" && go build -trimpath -ldflags="$ldflags" -o "$tmp/" tool) >&2
+# go names a main package whose path ends in a major version after the
+# element before it: go.etcd.io/etcd/server/v3 builds as "server".
+mv "$tmp/server" "$dir/etcd"
+mv "$tmp/kube-apiserver" "$dir/kube-apiserver"
+echo "kube-assets: built in $((SECONDS - start))s" >&2
+echo "$dir"

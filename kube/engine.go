@@ -150,15 +150,12 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 			env = append(env, corev1.EnvVar{Name: k, Value: strings.ReplaceAll(v, "$", "$$")})
 		}
 	}
-	// Gated models need a Hugging Face token; the pods start without the
-	// Secret, so a public model needs none.
-	env = append(env, corev1.EnvVar{Name: "HF_TOKEN", ValueFrom: &corev1.EnvVarSource{
-		SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: HFTokenSecret(opts)},
-			Key:                  "token",
-			Optional:             new(true),
-		},
-	}})
+	// A gated model needs a Hugging Face token; with the deployment secret
+	// the engine answers only omnipd (vllm serve checks VLLM_API_KEY on
+	// /v1/*, not on /health).
+	env = append(env,
+		secretEnv(opts, "HF_TOKEN", SecretKeyHFToken),
+		secretEnv(opts, "VLLM_API_KEY", SecretKeyDeployment))
 
 	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: EnginePort, Protocol: corev1.ProtocolTCP}}
 	if r.kvPort != 0 {
@@ -190,11 +187,35 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 	return r, nil
 }
 
-// HFTokenSecret is the Secret (key "token") whose value the engines get as
-// HF_TOKEN, when it exists.
-func HFTokenSecret(o Options) string {
+// Keys of the Secret SecretName names. Each is optional, and so is the
+// Secret: pods start without them, and the variable they would set is
+// unset.
+const (
+	// SecretKeyHFToken is the engines' HF_TOKEN, for gated models.
+	SecretKeyHFToken = "hf-token"
+	// SecretKeyDeployment is the deployment secret: the engines' VLLM_API_KEY
+	// and omnipd's OMNIPD_SECRET, which omnipd sends on every stage call.
+	SecretKeyDeployment = "deployment-secret"
+	// SecretKeyAPIKey is omnipd's OMNIPD_API_KEY, which clients of the
+	// public API must send.
+	SecretKeyAPIKey = "api-key"
+)
+
+// SecretName is the Secret the pods read their credentials from, when it
+// exists. omnipd renders no Secret: the values are the operator's.
+func SecretName(o Options) string {
 	o, _ = o.withDefaults()
-	return o.NamePrefix + "-hf-token"
+	return o.NamePrefix + "-secrets"
+}
+
+func secretEnv(o Options, name, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(o)},
+			Key:                  key,
+			Optional:             new(true),
+		},
+	}}
 }
 
 // listeningKVPort is the port the engine of replica r listens on for its

@@ -101,6 +101,12 @@ func orchestratorDeployment(o Options, cfg []byte) *appsv1.Deployment {
 			// omnipd forwards the client's model name to the engines.
 			"--served-model-name", o.ServedModelName,
 		},
+		// The deployment secret omnipd sends the engines, and the API key
+		// clients must send omnipd, from the optional Secret.
+		Env: []corev1.EnvVar{
+			secretEnv(o, "OMNIPD_SECRET", SecretKeyDeployment),
+			secretEnv(o, "OMNIPD_API_KEY", SecretKeyAPIKey),
+		},
 		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: OrchestratorPort, Protocol: corev1.ProtocolTCP}},
 		// /health is ready only when every stage is: omnipd takes traffic
 		// once the engines do. Liveness asks only that omnipd itself

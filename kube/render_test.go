@@ -262,6 +262,33 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 	if v := orch.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != cm.Name {
 		t.Errorf("orchestrator volumes %v: want the ConfigMap %s", v, cm.Name)
 	}
+
+	// The engines require the deployment secret omnipd sends them, and
+	// omnipd the API key, both from the optional Secret.
+	sent := secretRef(c, "OMNIPD_SECRET")
+	if sent == nil || sent.Name != kube.SecretName(opts) || sent.Key != kube.SecretKeyDeployment || sent.Optional == nil || !*sent.Optional {
+		t.Errorf("orchestrator OMNIPD_SECRET from %+v, want the optional key %s of Secret %s", sent, kube.SecretKeyDeployment, kube.SecretName(opts))
+	}
+	if ref := secretRef(c, "OMNIPD_API_KEY"); ref == nil || ref.Key != kube.SecretKeyAPIKey {
+		t.Errorf("orchestrator OMNIPD_API_KEY from %+v, want key %s", ref, kube.SecretKeyAPIKey)
+	}
+	for name, p := range pods {
+		if p.Labels["app.kubernetes.io/component"] == "orchestrator" {
+			continue
+		}
+		if ref := secretRef(p.Spec.Containers[0], "VLLM_API_KEY"); !equality.Semantic.DeepEqual(ref, sent) {
+			t.Errorf("%s: VLLM_API_KEY from %+v, want what omnipd sends, %+v", name, ref, sent)
+		}
+	}
+}
+
+func secretRef(c corev1.Container, env string) *corev1.SecretKeySelector {
+	for _, e := range c.Env {
+		if e.Name == env && e.ValueFrom != nil {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
 }
 
 func podCount(r rendered, pod corev1.PodTemplateSpec) int {

@@ -1,0 +1,412 @@
+// Package testbed builds a whole omnipd deployment inside one test process:
+// reference prefill and decode Thinker workers, and optionally the Talker
+// and Code2Wav, each serving on loopback behind a TCP proxy a test can
+// stall or cut, plus the orchestrator and the public API server in front.
+// It exposes what a request can leave behind — KV blocks, KV leases,
+// conditioning stashes, requests in the engines and the orchestrator's
+// in-flight gauges, goroutines — and switches that kill a worker the way a
+// crash does, so fault tests drive the deployment only through its public
+// HTTP API and then check that nothing was left over.
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/code2wav"
+	"github.com/omnipd/omnipd/engine/model"
+	"github.com/omnipd/omnipd/engine/talker"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/server"
+	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/worker"
+)
+
+// ModelName is the model the deployment serves.
+const ModelName = "omnipd-reference"
+
+// secret is the deployment secret every stage requires.
+const secret = "testbed-deployment-secret"
+
+// Options shape a deployment. The zero value is one prefill and one decode
+// over the pull handshake, text only.
+type Options struct {
+	// Handshake is the reference connector's: "pull" (default) or "push".
+	Handshake string
+	// Prefills and Decodes are the Thinker instances (default 1 each).
+	Prefills, Decodes int
+	// Omni adds the Talker and Code2Wav stages, so chat answers carry audio.
+	Omni bool
+	// LeaseSeconds is how long exported KV waits to be claimed (default 2).
+	LeaseSeconds float64
+	// NumBlocks sizes each Thinker's KV cache (default 1024 blocks of 16
+	// positions: room for any test, and a small heap).
+	NumBlocks int
+	// PrefillRetries, PrefillTimeout and StageIdleTimeout configure the
+	// orchestrator as their namesakes do.
+	PrefillRetries   int
+	PrefillTimeout   time.Duration
+	StageIdleTimeout time.Duration
+	// MaxBodyBytes bounds API request bodies (default: the server's).
+	MaxBodyBytes int64
+	// Logger receives every component's logs (default: discarded).
+	Logger *slog.Logger
+}
+
+// Deployment is a running in-process deployment.
+type Deployment struct {
+	// URL is the public API's base URL.
+	URL string
+	// Client talks to the public API; its idle connections are closed by
+	// CloseIdle.
+	Client *http.Client
+	// Prefill and Decode are the Thinker workers (Decode holds the one
+	// colocated Thinker when there is no KV connector).
+	Prefill, Decode []*Worker
+	// Talker and Code2Wav are the audio stages (nil without Options.Omni).
+	Talker, Code2Wav *Stage
+
+	metrics   *metrics.Orchestrator
+	stageHTTP *http.Client
+	api       *http.Server
+	baseline  int
+}
+
+// Worker is one Thinker worker.
+type Worker struct {
+	Name   string
+	Engine *engine.Engine
+	Server *worker.Server
+	// HTTP is the network in front of the worker's API: the orchestrator
+	// and the Talker reach the worker only through it.
+	HTTP *Proxy
+	// KV is the network in front of the worker's KV side channel (a
+	// producer's); with the push handshake decodes reach it through here.
+	KV *Proxy
+	*host
+}
+
+// Stage is a Talker or Code2Wav worker.
+type Stage struct {
+	Name string
+	HTTP *Proxy
+	*host
+}
+
+// host is one worker's HTTP server and what dies with it.
+type host struct {
+	srv    *http.Server
+	proxy  []*Proxy
+	onKill []func()
+
+	mu     sync.Mutex
+	killed bool
+}
+
+// Kill ends the worker the way a crash does: its listeners and every open
+// connection — HTTP and KV, at the worker and at the proxies in front of
+// it — close at once, and its engine stops. Later connections are refused.
+func (h *host) Kill() {
+	h.mu.Lock()
+	if h.killed {
+		h.mu.Unlock()
+		return
+	}
+	h.killed = true
+	h.mu.Unlock()
+	for _, p := range h.proxy {
+		p.Close()
+	}
+	h.srv.Close()
+	for _, f := range h.onKill {
+		f()
+	}
+}
+
+// Killed reports whether Kill was called.
+func (h *host) Killed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.killed
+}
+
+var (
+	thinkerOnce sync.Once
+	thinker     *model.Model
+	tok         *tokenizer.Tokenizer
+)
+
+func thinkerModel() (*model.Model, *tokenizer.Tokenizer) {
+	thinkerOnce.Do(func() { thinker, tok = model.Default(), tokenizer.Default() })
+	return thinker, tok
+}
+
+// Start builds and starts a deployment; everything stops when t ends.
+func Start(t testing.TB, opts Options) *Deployment {
+	t.Helper()
+	if opts.Handshake == "" {
+		opts.Handshake = worker.HandshakePull
+	}
+	if opts.Prefills <= 0 {
+		opts.Prefills = 1
+	}
+	if opts.Decodes <= 0 {
+		opts.Decodes = 1
+	}
+	if opts.LeaseSeconds <= 0 {
+		opts.LeaseSeconds = 2
+	}
+	if opts.NumBlocks <= 0 {
+		opts.NumBlocks = 1024
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	d := &Deployment{
+		metrics: metrics.NewOrchestrator(),
+		stageHTTP: &http.Client{Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		Client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+	}
+	t.Cleanup(d.stop)
+
+	prefillPool := &orchestrator.Pool{Name: "prefill"}
+	decodePool := &orchestrator.Pool{Name: "decode"}
+	for i := range opts.Prefills {
+		w := d.startThinker(t, fmt.Sprintf("prefill-%d", i), "kv_producer", opts, lg)
+		d.Prefill = append(d.Prefill, w)
+		prefillPool.Instances = append(prefillPool.Instances, d.instance(t, w))
+	}
+	for i := range opts.Decodes {
+		w := d.startThinker(t, fmt.Sprintf("decode-%d", i), "kv_consumer", opts, lg)
+		d.Decode = append(d.Decode, w)
+		decodePool.Instances = append(decodePool.Instances, d.instance(t, w))
+	}
+	contract, err := kvconnector.NewRegistry().Lookup(kvconnector.ReferenceConnector, map[string]any{"handshake": opts.Handshake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := orchestrator.Config{
+		Prefill: prefillPool, Decode: decodePool, Contract: contract,
+		PrefillRetries: opts.PrefillRetries, PrefillTimeout: opts.PrefillTimeout, StageIdleTimeout: opts.StageIdleTimeout,
+		Metrics: d.metrics, Logger: lg,
+	}
+	if opts.Omni {
+		d.Talker = d.startStage(t, "talker", worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, lg))
+		d.Code2Wav = d.startStage(t, "code2wav", worker.NewCode2Wav(code2wav.Default(), secret, lg))
+		ocfg.Omni = &orchestrator.Omni{
+			Talker:   &orchestrator.Pool{Name: "talker", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Talker.HTTP.URL())}}},
+			Code2Wav: &orchestrator.Pool{Name: "code2wav", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Code2Wav.HTTP.URL())}}},
+			// The reference Thinker's middle layer, as omnipd serve uses.
+			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50,
+		}
+	}
+	orch, err := orchestrator.New(ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := server.New(server.Config{Orchestrator: orch, ModelName: ModelName, MaxBodyBytes: opts.MaxBodyBytes, Metrics: d.metrics, Logger: lg})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.api = &http.Server{Handler: api, ErrorLog: log.New(io.Discard, "", 0)}
+	go d.api.Serve(ln)
+	d.URL = "http://" + ln.Addr().String()
+	return d
+}
+
+func (d *Deployment) client(t testing.TB, url string) *stageclient.Client {
+	t.Helper()
+	c, err := stageclient.New(stageclient.Config{BaseURL: url, HTTP: d.stageHTTP, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (d *Deployment) instance(t testing.TB, w *Worker) *orchestrator.Instance {
+	t.Helper()
+	peer := kvconnector.Peer{EngineID: w.Name, HTTPAddr: w.HTTP.Addr(), TP: 1}
+	if w.KV != nil {
+		host, port, _ := net.SplitHostPort(w.KV.Addr())
+		peer.KVHost = host
+		peer.KVPort, _ = strconv.Atoi(port)
+	}
+	return &orchestrator.Instance{Client: d.client(t, w.HTTP.URL()), Peer: peer}
+}
+
+func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options, lg *slog.Logger) *Worker {
+	t.Helper()
+	m, tk := thinkerModel()
+	eng, err := engine.New(m, tk, engine.Config{NumBlocks: opts.NumBlocks, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	kv, err := worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
+		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g}}`,
+		role, name, opts.Handshake, opts.LeaseSeconds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := worker.New(worker.Config{Engine: eng, KV: kv, Secret: secret, Logger: lg})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w := &Worker{Name: name, Engine: eng, Server: srv}
+	w.host = d.serve(t, srv)
+	w.HTTP = w.host.proxy[0]
+	if addr := srv.KVAddr(); addr != "" {
+		if w.KV, err = NewProxy(addr); err != nil {
+			t.Fatal(err)
+		}
+		w.host.proxy = append(w.host.proxy, w.KV)
+	}
+	w.onKill = append(w.onKill, func() {
+		srv.Close() // the KV side channel: listener, connections, leases
+		cancel()
+		<-done
+	})
+	return w
+}
+
+func (d *Deployment) startStage(t testing.TB, name string, h http.Handler) *Stage {
+	t.Helper()
+	s := &Stage{Name: name, host: d.serve(t, h)}
+	s.HTTP = s.host.proxy[0]
+	return s
+}
+
+// serve starts h on loopback behind a proxy.
+func (d *Deployment) serve(t testing.TB, h http.Handler) *host {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &host{srv: &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0)}}
+	go hs.srv.Serve(ln)
+	p, err := NewProxy(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.proxy = []*Proxy{p}
+	t.Cleanup(hs.Kill)
+	return hs
+}
+
+func (d *Deployment) stop() {
+	if d.api != nil {
+		d.api.Close()
+	}
+	d.CloseIdle()
+}
+
+// CloseIdle closes the idle keep-alive connections of every client in the
+// process that talks to the deployment — the test's, the orchestrator's,
+// and the default one the Talker and conditioning releases use — so their
+// goroutines end.
+func (d *Deployment) CloseIdle() {
+	d.Client.CloseIdleConnections()
+	d.stageHTTP.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// Workers is every Thinker worker, killed ones included.
+func (d *Deployment) Workers() []*Worker {
+	return append(append([]*Worker(nil), d.Prefill...), d.Decode...)
+}
+
+// Usage is what the deployment holds on behalf of requests: all zero when
+// it is idle.
+type Usage struct {
+	// UsedBlocks are KV cache blocks in use (free blocks short of the total),
+	// summed over the live Thinker workers.
+	UsedBlocks int
+	// LeasedBlocks are exported KV blocks waiting to be claimed.
+	LeasedBlocks int
+	// Stashes are conditioning stashes waiting for the Talker.
+	Stashes int
+	// EngineRequests are requests running or waiting in the engines.
+	EngineRequests int
+	// StageInFlight is the orchestrator's in-flight gauge summed over every
+	// stage instance.
+	StageInFlight int
+}
+
+func (u Usage) String() string {
+	return fmt.Sprintf("KV blocks in use %d, leased %d, stashes %d, engine requests %d, orchestrator in flight %d",
+		u.UsedBlocks, u.LeasedBlocks, u.Stashes, u.EngineRequests, u.StageInFlight)
+}
+
+// Usage reads the gauges now.
+func (d *Deployment) Usage() Usage {
+	var u Usage
+	for _, w := range d.Workers() {
+		if w.Killed() {
+			continue
+		}
+		st := w.Engine.Stats()
+		u.UsedBlocks += st.NumBlocks - w.Engine.Cache().FreeBlocks()
+		leased, _ := w.Server.KVStats()
+		u.LeasedBlocks += leased
+		u.Stashes += w.Server.Stashes()
+		u.EngineRequests += st.Running + st.Waiting
+	}
+	u.StageInFlight = d.stageInFlight()
+	return u
+}
+
+// ExpiredLeases is how many KV leases ran out unclaimed, over the live
+// workers: a lease that expires was freed late, not promptly.
+func (d *Deployment) ExpiredLeases() uint64 {
+	var n uint64
+	for _, w := range d.Workers() {
+		if !w.Killed() {
+			_, e := w.Server.KVStats()
+			n += e
+		}
+	}
+	return n
+}
+
+// stageInFlight sums omnipd_stage_requests_in_flight from the
+// orchestrator's registry, read in process.
+func (d *Deployment) stageInFlight() int {
+	rec := httptest.NewRecorder()
+	d.metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	total := 0.0
+	for _, line := range bytes.Split(rec.Body.Bytes(), []byte("\n")) {
+		s := string(line)
+		if !strings.HasPrefix(s, "omnipd_stage_requests_in_flight{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(s[strings.LastIndexByte(s, ' ')+1:], 64); err == nil {
+			total += f
+		}
+	}
+	return int(total)
+}

@@ -59,6 +59,8 @@ func TestBadInput(t *testing.T) {
 		{name: "audio format the pipeline cannot encode", body: `{` + user + `,"audio":{"format":"mp3"}}`, status: 400, names: []string{"audio.format"}},
 		{name: "unsupported content part", body: `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}],"modalities":["text"]}`,
 			status: 400, names: []string{"messages[0].content[0].type"}},
+		{name: "kv_transfer_params from a client", body: `{` + user + `,"kv_transfer_params":{"do_remote_prefill":true}}`, status: 400, names: []string{"kv_transfer_params"}},
+		{name: "omnipd_conditioning from a client", body: `{` + user + `,"omnipd_conditioning":{"key":"k","layer":2}}`, status: 400, names: []string{"omnipd_conditioning"}},
 		{name: "unknown model", body: `{"model":"gpt-x",` + user[0:] + `}`, status: 404, names: []string{"gpt-x"}, code: "model_not_found"},
 		{name: "completions without a prompt", path: completionPath, body: `{"max_tokens":4}`, status: 400, names: []string{"prompt"}},
 		{name: "completions prompt of the wrong type", path: completionPath, body: `{"prompt":{"text":"hi"}}`, status: 400, names: []string{"prompt"}},

@@ -46,7 +46,9 @@ Deployment (--image) and its Service; and a ConfigMap with the omnipd deploy
 config whose stage endpoints are the role Services. The engines get the same
 vllm serve arguments as with --target vllm; ports are fixed per container
 and per-pod addresses come from the pod. --namespace and --name-prefix say
-where the objects go. See docs/kubernetes.md.
+where the objects go. Credentials (the deployment secret, the API key, a
+Hugging Face token) come from an optional Secret PREFIX-secrets that you
+create. See docs/kubernetes.md.
 
 Only thinker-only (text) pipelines can be planned: vllm serve runs neither the
 Talker nor Code2Wav and cannot export the Thinker conditioning they read; use

@@ -31,18 +31,60 @@ func NewSSEWriter(w http.ResponseWriter) *SSEWriter {
 	return &SSEWriter{w: w, rc: http.NewResponseController(w)}
 }
 
-// WriteEvent writes v as one event and flushes it. JSON never contains a raw
-// newline once compacted, so the payload cannot break the framing.
+// WriteEvent writes v as one event and flushes it.
 func (s *SSEWriter) WriteEvent(v any) error {
+	if err := s.Queue(v); err != nil {
+		return err
+	}
+	return s.Flush()
+}
+
+// Queue writes v as one event without flushing it, for a writer that knows
+// more events follow at once: the next WriteEvent, WriteDone or Flush sends
+// them together, one write instead of several.
+func (s *SSEWriter) Queue(v any) error {
+	payload, err := eventJSON(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len("data: ")+len(payload)+2)
+	buf = append(append(append(buf, "data: "...), payload...), '\n', '\n')
+	if _, err := s.w.Write(buf); err != nil {
+		return fmt.Errorf("openai: writing SSE event: %w", err)
+	}
+	return nil
+}
+
+// eventJSON encodes v on one line, so it cannot break the SSE framing. A
+// json.Marshaler's output (a json.RawMessage relayed from a stage, a chunk
+// type's MarshalJSON) is taken as it is when it holds no line break: it is
+// valid JSON already, and compacting it again would cost as much as
+// encoding it did. Anything else goes through encoding/json, which compacts.
+func eventJSON(v any) ([]byte, error) {
+	if m, ok := v.(json.Marshaler); ok {
+		if raw, ok := v.(json.RawMessage); ok && raw == nil {
+			return []byte("null"), nil
+		}
+		b, err := m.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("openai: encoding SSE event: %w", err)
+		}
+		if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
+			return b, nil
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, b); err != nil {
+			return nil, fmt.Errorf("openai: encoding SSE event: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
 	var buf bytes.Buffer
-	buf.WriteString("data: ")
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // appends the first "\n"
-		return fmt.Errorf("openai: encoding SSE event: %w", err)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("openai: encoding SSE event: %w", err)
 	}
-	buf.WriteByte('\n')
-	return s.write(buf.Bytes())
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // WriteDone writes the terminating "data: [DONE]" event.

@@ -209,7 +209,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 			last = ev
 			break
 		}
-		out.delta(ev.Text)
+		// Tokens already waiting go out in one write with this one.
+		out.delta(ev.Text, len(events) == 0)
 	}
 	if plan != nil && plan.export && plan.blocks != nil && ctx.Err() != nil {
 		// The prefill's caller left before it learned where the KV is:
@@ -276,19 +277,23 @@ func (o *responder) chunkID() string {
 	return "cmpl-" + o.id
 }
 
-// delta streams new text (or keeps it for the whole response).
-func (o *responder) delta(text string) {
+// delta streams new text (or keeps it for the whole response); flush sends
+// it now rather than with the next chunk.
+func (o *responder) delta(text string, flush bool) {
 	if o.sse == nil {
 		o.text.WriteString(text)
 		return
 	}
 	if text == "" && o.started {
+		if flush {
+			_ = o.sse.Flush()
+		}
 		return
 	}
-	o.writeChunk(text, nil, nil)
+	o.writeChunk(text, nil, nil, flush)
 }
 
-func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage) {
+func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage, flush bool) {
 	var v any
 	if o.g.chat {
 		d := openai.ChatDelta{Content: &text}
@@ -310,14 +315,19 @@ func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage)
 		v = c
 	}
 	o.started = true
-	_ = o.sse.WriteEvent(v)
+	if flush {
+		_ = o.sse.WriteEvent(v)
+	} else {
+		_ = o.sse.Queue(v)
+	}
 }
 
 func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any, tokens []int, conditioning any) error {
 	if o.sse != nil {
-		o.writeChunk(text, &reason, nil)
+		// The last chunk, the usage and [DONE] leave in one write.
+		o.writeChunk(text, &reason, nil, false)
 		if o.g.includeUsage {
-			o.writeChunk("", nil, &usage)
+			o.writeChunk("", nil, &usage, false)
 		}
 		return o.sse.WriteDone()
 	}

@@ -50,6 +50,7 @@ deploy configs as they are written.`,
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newChatCmd(), newValidateCmd(), newExpandCmd(), newPlanCmd(), newWorkerCmd(), newVersionCmd())
 	root.AddCommand(newBenchCmd())
+	registerDebugAddr(root)
 	return root
 }
 

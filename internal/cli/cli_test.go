@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -150,5 +153,28 @@ func TestVersion(t *testing.T) {
 	code, out, _ := run(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "omnipd ") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+func TestDebugAddrServesTheProfiler(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr bytes.Buffer
+	if code := Run(ctx, []string{"--debug-addr", addr, "version"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatalf("profiler not served: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/cmdline: %s", resp.Status)
 	}
 }

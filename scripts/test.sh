@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs omnipd's whole test suite: formatting, go vet, every test (with the
-# race detector), and a short fuzz of the config loader. CI runs exactly this.
+# race detector) including the fault-injection suite, a short soak and the
+# Kubernetes manifests against a real kube-apiserver, and short fuzzes of
+# the config loader and the request decoder. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,17 +15,29 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+# Real etcd and kube-apiserver binaries for kube/kubetest, built once into a
+# cache directory keyed by their versions (skipped when already there). The
+# cold build takes minutes, so it runs beside vet and the other tests.
+echo "== kube-apiserver and etcd for kube/kubetest (in the background)"
+assets_out=$(mktemp)
+./scripts/kube-assets.sh >"$assets_out" &
+assets_pid=$!
+trap 'kill "$assets_pid" 2>/dev/null || true; rm -f "$assets_out"' EXIT
+
 echo "== go vet"
 go vet ./...
 
-# Real etcd and kube-apiserver binaries for kube/kubetest, built once into a
-# cache directory keyed by their versions (skipped when already there).
-echo "== kube-apiserver and etcd for kube/kubetest"
-OMNIPD_KUBE_ASSETS="$(./scripts/kube-assets.sh)"
-export OMNIPD_KUBE_ASSETS
+echo "== go test -race (all but kube/kubetest)"
+go test -race -count=1 $(go list ./... | grep -v '/kube/kubetest$')
 
-echo "== go test -race"
-go test -race -count=1 ./...
+echo "== go test -race ./kube/kubetest (waiting for its binaries)"
+wait "$assets_pid"
+OMNIPD_KUBE_ASSETS="$(cat "$assets_out")"
+export OMNIPD_KUBE_ASSETS
+go test -race -count=1 ./kube/kubetest
 
 echo "== fuzz the deploy config loader ($FUZZTIME)"
 go test -run='^$' -fuzz='^FuzzLoad$' -fuzztime="$FUZZTIME" ./deploy
+
+echo "== fuzz the request decoder ($FUZZTIME)"
+go test -run='^$' -fuzz='^FuzzDecodeRequest$' -fuzztime="$FUZZTIME" ./openai

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -187,5 +188,30 @@ func TestSSEPayloadsAreOwned(t *testing.T) {
 	b, _ := r.Next()
 	if string(a) != "[1]" || string(b) != "[2]" {
 		t.Errorf("payloads %q %q: an earlier payload was overwritten by a later read", a, b)
+	}
+}
+
+func TestSSEWriterQueue(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := NewSSEWriter(rec)
+	// A relayed payload on one line goes out as it came; one with line
+	// breaks is compacted so it cannot end the event early.
+	if err := s.Queue(json.RawMessage(`{"a": 1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Queue(json.RawMessage("{\"b\":\n2}")); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Flushed {
+		t.Fatal("Queue flushed")
+	}
+	if err := s.WriteDone(); err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Flushed {
+		t.Error("WriteDone did not flush what was queued")
+	}
+	if got, want := rec.Body.String(), "data: {\"a\": 1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n"; got != want {
+		t.Errorf("body:\n got %q\nwant %q", got, want)
 	}
 }

@@ -410,6 +410,12 @@ func integer(i int) *deploy.Node {
 // VLLMConfigFile is the name Shell saves the omnipd config under.
 const VLLMConfigFile = "omnipd-vllm.yaml"
 
+// VLLMSecretFile is where Shell keeps the deployment secret: every instance
+// requires it of its callers (vllm serve's VLLM_API_KEY), and omnipd serve
+// --secret-file sends it on every stage call, so nothing outside the
+// deployment can use the engines or their KV.
+const VLLMSecretFile = "omnipd-secret"
+
 // Shell renders p as a shell script: each instance started in the
 // background with its environment, then the omnipd config written to
 // VLLMConfigFile and the omnipd serve command that uses it.
@@ -421,8 +427,11 @@ func (p *VLLMPlan) Shell() string {
 		fmt.Fprintf(&b, "# note: %s\n", n)
 	}
 	b.WriteString("set -e\n")
+	fmt.Fprintf(&b, "\n# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.\n")
+	fmt.Fprintf(&b, "[ -s %[1]s ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > %[1]s)\n", VLLMSecretFile)
 	for _, c := range p.Commands {
 		fmt.Fprintf(&b, "\n# %s: stage %d (%s), replica %d -> %s\n", c.Name, c.Stage, c.Role, c.Replica, c.URL)
+		fmt.Fprintf(&b, "VLLM_API_KEY=\"$(cat %s)\" \\\n", VLLMSecretFile)
 		for _, e := range c.Env {
 			k, v, _ := strings.Cut(e, "=")
 			fmt.Fprintf(&b, "%s=%s \\\n", k, shellQuote(v))
@@ -441,7 +450,7 @@ func (p *VLLMPlan) Shell() string {
 		b.WriteString(" &\n")
 	}
 	fmt.Fprintf(&b, "\n# The omnipd config naming these instances. Once each answers /health, run:\n")
-	fmt.Fprintf(&b, "#   omnipd serve --config %s --served-model-name %s\n", VLLMConfigFile, shellQuote(p.ServedModelName))
+	fmt.Fprintf(&b, "#   omnipd serve --config %s --secret-file %s --served-model-name %s\n", VLLMConfigFile, VLLMSecretFile, shellQuote(p.ServedModelName))
 	fmt.Fprintf(&b, "cat > %s <<'EOF'\n", VLLMConfigFile)
 	b.Write(p.Config)
 	if len(p.Config) > 0 && p.Config[len(p.Config)-1] != '\n' {

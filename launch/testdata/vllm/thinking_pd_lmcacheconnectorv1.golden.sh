@@ -4,7 +4,11 @@
 # note: stage 1: false booleans left to vLLM's default: async_scheduling
 set -e
 
+# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.
+[ -s omnipd-secret ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > omnipd-secret)
+
 # thinker-prefill-0: stage 0 (prefill), replica 0 -> http://127.0.0.1:8100
+VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=0,1 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
@@ -19,6 +23,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --enable-prefix-caching &
 
 # thinker-decode-0: stage 1 (decode), replica 0 -> http://127.0.0.1:8101
+VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=2,3 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
@@ -33,7 +38,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --enable-prefix-caching &
 
 # The omnipd config naming these instances. Once each answers /health, run:
-#   omnipd serve --config omnipd-vllm.yaml --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
+#   omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
 cat > omnipd-vllm.yaml <<'EOF'
 pipeline: qwen3_omni_moe_thinker
 async_chunk: false

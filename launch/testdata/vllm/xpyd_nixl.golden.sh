@@ -2,7 +2,11 @@
 # vllm serve instances for omnipd: 3 planned.
 set -e
 
+# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.
+[ -s omnipd-secret ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > omnipd-secret)
+
 # thinker-prefill-0: stage 0 (prefill), replica 0 -> http://127.0.0.1:8100
+VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=0 \
 VLLM_LOGGING_LEVEL=INFO \
 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 \
@@ -18,6 +22,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --trust-remote-code &
 
 # thinker-prefill-1: stage 0 (prefill), replica 1 -> http://127.0.0.1:8101
+VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=1 \
 VLLM_LOGGING_LEVEL=INFO \
 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 \
@@ -33,6 +38,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --trust-remote-code &
 
 # thinker-decode-0: stage 1 (decode), replica 0 -> http://127.0.0.1:8102
+VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=2 \
 VLLM_LOGGING_LEVEL=INFO \
 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 \
@@ -48,7 +54,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --trust-remote-code &
 
 # The omnipd config naming these instances. Once each answers /health, run:
-#   omnipd serve --config omnipd-vllm.yaml --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
+#   omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
 cat > omnipd-vllm.yaml <<'EOF'
 pipeline: qwen3_omni_moe_thinker
 async_chunk: false

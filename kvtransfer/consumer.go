@@ -9,24 +9,126 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
+	"syscall"
 	"time"
 )
 
-// Consumer is the decode side. It holds no state between calls and starts no
-// goroutines of its own; each call is one connection.
+// Consumer is the decode side. Between pulls it keeps finished connections
+// idle, per producer address, for the next pull: a pull on a pooled
+// connection skips the dial and the hello's round trip, which on a short
+// prompt is a large part of its cost. It starts no goroutines of its own (an idle
+// connection's timeout is a timer). Close closes the idle connections.
 type Consumer struct {
 	cfg   Config
 	store BlockStore
 	log   *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	idle   map[string][]*idleConn // by producer address, most recently used last
+}
+
+// idleConn is a pooled connection whose next frame is the producer's hello.
+type idleConn struct {
+	conn  net.Conn
+	timer *time.Timer // closes it after cfg.IdleTimeout unused
 }
 
 // NewConsumer makes a consumer that receives into store. cfg.Secret and
 // cfg.Shape are presented to producers; cfg.IOTimeout bounds each network
 // step and cfg.LeaseDuration (plus IOTimeout) bounds how long a push waits
-// for the export, in addition to the caller's context.
+// for the export, in addition to the caller's context. cfg.MaxIdleConns and
+// cfg.IdleTimeout bound the connections it keeps for reuse.
 func NewConsumer(cfg Config, store BlockStore) *Consumer {
 	cfg = cfg.withDefaults()
-	return &Consumer{cfg: cfg, store: store, log: cfg.Logger.With("engine_id", cfg.EngineID)}
+	return &Consumer{cfg: cfg, store: store, log: cfg.Logger.With("engine_id", cfg.EngineID), idle: make(map[string][]*idleConn)}
+}
+
+// Close closes every idle connection. Calls in flight finish and close
+// theirs; later calls still work, each on a connection of its own.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	idle := c.idle
+	c.idle = make(map[string][]*idleConn)
+	c.mu.Unlock()
+	for _, list := range idle {
+		for _, ic := range list {
+			ic.timer.Stop()
+			ic.conn.Close()
+		}
+	}
+	return nil
+}
+
+// IdleConns is how many connections wait in the pool, over all producers.
+func (c *Consumer) IdleConns() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, list := range c.idle {
+		n += len(list)
+	}
+	return n
+}
+
+// get takes the most recently used idle connection to addr, if any: the
+// newest is the least likely to have been closed by the producer meanwhile.
+func (c *Consumer) get(addr string) net.Conn {
+	c.mu.Lock()
+	list := c.idle[addr]
+	if len(list) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	ic := list[len(list)-1]
+	list[len(list)-1] = nil
+	if len(list) == 1 {
+		delete(c.idle, addr)
+	} else {
+		c.idle[addr] = list[:len(list)-1]
+	}
+	c.mu.Unlock()
+	// If the timer fires now, it no longer finds ic in the pool and leaves
+	// the connection alone.
+	ic.timer.Stop()
+	return ic.conn
+}
+
+// put pools conn, whose next frame is the producer's hello, or closes it when
+// the pool for addr is full, reuse is off or the consumer is closed.
+func (c *Consumer) put(addr string, conn net.Conn) {
+	c.mu.Lock()
+	if c.closed || c.cfg.MaxIdleConns < 0 || len(c.idle[addr]) >= c.cfg.MaxIdleConns {
+		c.mu.Unlock()
+		conn.Close()
+		return
+	}
+	ic := &idleConn{conn: conn}
+	ic.timer = time.AfterFunc(c.cfg.IdleTimeout, func() { c.expire(addr, ic) })
+	c.idle[addr] = append(c.idle[addr], ic)
+	c.mu.Unlock()
+}
+
+// expire drops ic from the pool and closes it, unless get took it first.
+func (c *Consumer) expire(addr string, ic *idleConn) {
+	c.mu.Lock()
+	list := c.idle[addr]
+	i := slices.Index(list, ic)
+	if i < 0 {
+		c.mu.Unlock()
+		return
+	}
+	list = slices.Delete(list, i, i+1)
+	if len(list) == 0 {
+		delete(c.idle, addr)
+	} else {
+		c.idle[addr] = list
+	}
+	c.mu.Unlock()
+	ic.conn.Close()
 }
 
 // Pull (NIXL-shaped) fetches the blocks exported under key from the producer
@@ -70,34 +172,83 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 			return 0, err
 		}
 	}
-	d := net.Dialer{Timeout: c.cfg.IOTimeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	// Closing the connection is what makes cancellation prompt: it unblocks
-	// any read or write at once, and unlike a deadline it cannot be undone
-	// by the next SetDeadline.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-
-	n, err = c.exchange(conn, op, engineID, key, dst)
-	if err != nil && ctx.Err() != nil {
-		var r *refusal
-		if !errors.As(err, &r) {
-			return 0, ctx.Err()
+	for retried := false; ; retried = true {
+		// Only pulls reuse connections: a pull is on the decode's critical
+		// path after the prefill has returned, while a push registers
+		// before the prefill is done, so its dial overlaps the prefill, and
+		// a release runs in the background.
+		pool := op == opPull
+		var conn net.Conn
+		if pool && !retried {
+			// A retry dials: if one pooled connection was stale, the
+			// others to this producer may well be too.
+			conn = c.get(addr)
 		}
+		reused := conn != nil
+		if conn == nil {
+			d := net.Dialer{Timeout: c.cfg.IOTimeout}
+			if conn, err = d.DialContext(ctx, "tcp", addr); err != nil {
+				return 0, err
+			}
+		}
+		// Closing the connection is what makes cancellation prompt: it
+		// unblocks any read or write at once, and unlike a deadline it
+		// cannot be undone by the next SetDeadline.
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		var reusable bool
+		n, reusable, err = c.exchange(conn, op, engineID, key, dst)
+		if stop() && err == nil && reusable && pool {
+			c.put(addr, conn)
+		} else {
+			conn.Close()
+		}
+		var st *staleError
+		if err != nil && reused && !retried && errors.As(err, &st) && ctx.Err() == nil {
+			// The producer closed this idle connection (restart, idle
+			// timeout) before it saw our request: nothing happened on
+			// its side, so a fresh connection may try again, once.
+			c.log.Debug("kvtransfer: pooled connection was stale; redialing", "addr", addr, "err", err)
+			continue
+		}
+		if err != nil && ctx.Err() != nil {
+			var r *refusal
+			if !errors.As(err, &r) {
+				return 0, ctx.Err()
+			}
+		}
+		return n, err
 	}
-	return n, err
 }
 
-func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) (int, error) {
+// staleError is a failure before the producer answered a request in any
+// way: on a pooled connection, the sign that the producer had closed it.
+type staleError struct{ err error }
+
+func (e *staleError) Error() string { return e.err.Error() }
+func (e *staleError) Unwrap() error { return e.err }
+
+// closedByPeer reports whether err is the peer's close rather than a
+// timeout, a protocol error or a refusal.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// exchange runs one request on conn. reusable means the request completed
+// and the producer's next frame is a fresh hello, so conn may be pooled.
+func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) (_ int, reusable bool, _ error) {
+	n, err := c.exchange1(conn, op, engineID, key, dst, &reusable)
+	return n, reusable, err
+}
+
+func (c *Consumer) exchange1(conn net.Conn, op, engineID, key string, dst []int, reusable *bool) (int, error) {
 	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
 		return 0, err
 	}
 	var h helloMsg
 	if err := readJSON(conn, frameHello, &h); err != nil {
+		if closedByPeer(err) {
+			err = &staleError{err}
+		}
 		return 0, fmt.Errorf("hello: %w", err)
 	}
 	if len(h.Nonce) != nonceLen {
@@ -115,10 +266,18 @@ func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) 
 		req.MAC = consumerMAC(c.cfg.Secret, h.Nonce, &req)
 	}
 	if err := writeJSON(conn, frameRequest, req); err != nil {
+		if closedByPeer(err) {
+			err = &staleError{err}
+		}
 		return 0, fmt.Errorf("request: %w", err)
 	}
 	var acc acceptMsg
 	if err := readJSON(conn, frameAccept, &acc); err != nil {
+		if closedByPeer(err) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			// Not a byte of an answer: the producer closed the connection
+			// before it read the request (a request it reads, it answers).
+			err = &staleError{err}
+		}
 		return 0, err
 	}
 	// Check the producer too: without this, anything listening at addr could
@@ -127,6 +286,7 @@ func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) 
 		return 0, fmt.Errorf("%w: producer did not prove it knows the secret", ErrAuth)
 	}
 	if op == opRelease {
+		*reusable = true
 		return 0, nil
 	}
 
@@ -188,7 +348,9 @@ func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) 
 	}
 	if typ, _, err := readFrame(conn); err != nil || typ != frameDone {
 		c.log.Warn("kvtransfer: no done after ack; producer may free on lease expiry", "key", key, "err", err, "frame", typ)
+		return int(dh.numTokens), nil
 	}
+	*reusable = true
 	return int(dh.numTokens), nil
 }
 

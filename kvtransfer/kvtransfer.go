@@ -103,13 +103,24 @@ type Config struct {
 	// MiB of blocks, the final ack. A peer that stalls longer is dropped.
 	// Default 30s.
 	IOTimeout time.Duration
-	Clock     func() time.Time // lease expiry reads time here; time.Now when nil
-	Logger    *slog.Logger     // discards when nil
+	// IdleTimeout is how long a consumer keeps an idle connection to a
+	// producer for its next pull, and (plus IOTimeout) how long a producer
+	// waits on one for the next request. Default 2s: under any steady load
+	// connections stay warm, and an idle deployment soon holds none.
+	IdleTimeout time.Duration
+	// MaxIdleConns bounds the consumer's idle connections per producer
+	// address; beyond it a finished connection is closed. Default 16; a
+	// negative value turns reuse off (a connection per transfer).
+	MaxIdleConns int
+	Clock        func() time.Time // lease expiry reads time here; time.Now when nil
+	Logger       *slog.Logger     // discards when nil
 }
 
 const (
 	defaultLeaseDuration = 30 * time.Second
 	defaultIOTimeout     = 30 * time.Second
+	defaultIdleTimeout   = 2 * time.Second
+	defaultMaxIdleConns  = 16
 	defaultListenAddr    = "127.0.0.1:0"
 	maxKeyLen            = 1024
 )
@@ -123,6 +134,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IOTimeout <= 0 {
 		c.IOTimeout = defaultIOTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = defaultIdleTimeout
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = defaultMaxIdleConns
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

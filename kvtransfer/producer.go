@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -373,7 +374,12 @@ func (p *Producer) expiryLoop() {
 	}
 }
 
-// serve runs one consumer connection from hello to done.
+// serve runs one consumer connection: a hello with a fresh nonce, one
+// request, and, when that request succeeded, the next hello on the same
+// connection, so a consumer that pools its connections pays for the dial and
+// the hello's round trip once rather than per transfer. Every request is
+// authenticated against the nonce of the hello just before it; an ERROR frame
+// ends the connection.
 func (p *Producer) serve(conn net.Conn) {
 	defer func() {
 		conn.Close()
@@ -382,55 +388,90 @@ func (p *Producer) serve(conn net.Conn) {
 		p.mu.Unlock()
 	}()
 	log := p.log.With("remote", conn.RemoteAddr().String())
-	if err := conn.SetDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
-		return
+	// prefix is what the previous request still owes the consumer (its DONE
+	// or ACCEPT); it leaves in the same write as the next hello.
+	var prefix []byte
+	for first := true; ; first = false {
+		if err := conn.SetDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+			return
+		}
+		serverNonce := make([]byte, nonceLen)
+		rand.Read(serverNonce) // never fails (crypto/rand crashes the program instead)
+		hello, err := appendJSONFrame(prefix, frameHello, helloMsg{Nonce: serverNonce})
+		if err != nil {
+			return
+		}
+		if _, err := conn.Write(hello); err != nil {
+			log.Debug("kvtransfer: hello failed", "err", err)
+			return
+		}
+		if !first {
+			// The connection idles in the consumer's pool until its next
+			// transfer; a consumer that vanished without closing it is
+			// dropped once its pool would have dropped it anyway.
+			if err := conn.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout + p.cfg.IOTimeout)); err != nil {
+				return
+			}
+		}
+		var req requestMsg
+		if err := readJSON(conn, frameRequest, &req); err != nil {
+			if !first && (errors.Is(err, io.EOF) || isTimeout(err)) {
+				return // an idle pooled connection closed or abandoned: normal
+			}
+			log.Info("kvtransfer: bad request", "err", err)
+			refuse(conn, err)
+			return
+		}
+		if err := conn.SetDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+			return
+		}
+		var ok bool
+		if prefix, ok = p.handle(conn, &req, serverNonce, log); !ok {
+			return
+		}
 	}
+}
 
-	serverNonce := make([]byte, nonceLen)
-	rand.Read(serverNonce) // never fails (crypto/rand crashes the program instead)
-	if err := writeJSON(conn, frameHello, helloMsg{Nonce: serverNonce}); err != nil {
-		log.Debug("kvtransfer: hello failed", "err", err)
-		return
-	}
-	var req requestMsg
-	if err := readJSON(conn, frameRequest, &req); err != nil {
-		log.Info("kvtransfer: bad request", "err", err)
-		refuse(conn, err)
-		return
-	}
+// handle answers one authenticated-or-refused request. ok means the request
+// succeeded and the connection may carry another; then done is the final
+// frame still to send, which serve sends with the next hello.
+func (p *Producer) handle(conn net.Conn, req *requestMsg, serverNonce []byte, log *slog.Logger) (done []byte, ok bool) {
 	log = log.With("key", req.Key, "op", req.Op)
-	if err := p.admit(&req, serverNonce); err != nil {
+	if err := p.admit(req, serverNonce); err != nil {
 		log.Info("kvtransfer: request refused", "err", err)
 		refuse(conn, err)
-		return
+		return nil, false
 	}
 	var acc acceptMsg
 	if p.cfg.Secret != "" {
 		acc.MAC = producerMAC(p.cfg.Secret, serverNonce, req.Nonce, req.Key)
+	}
+	accept, err := appendJSONFrame(nil, frameAccept, acc)
+	if err != nil {
+		return nil, false
 	}
 
 	switch req.Op {
 	case opRelease:
 		if !p.Release(req.Key) {
 			refuse(conn, fmt.Errorf("%w: no lease for %q", ErrUnknownTransfer, req.Key))
-			return
+			return nil, false
 		}
-		writeJSON(conn, frameAccept, acc)
+		return accept, true
 	case opPull:
 		l, err := p.checkout(req.Key, req.Blocks, conn)
 		if err != nil {
 			log.Info("kvtransfer: pull refused", "err", err)
 			refuse(conn, err)
-			return
+			return nil, false
 		}
-		if err := writeJSON(conn, frameAccept, acc); err != nil {
-			p.checkin(l, false)
-			return
-		}
-		p.stream(conn, l, log)
+		// The accept rides in the data's writev: one segment train, one
+		// wake-up on the consumer's side.
+		return doneFrame, p.stream(conn, l, accept, log)
 	case opPush:
-		p.push(conn, &req, acc, log)
+		return doneFrame, p.push(conn, req, accept, log)
 	}
+	return nil, false
 }
 
 // admit checks a request in the order that reveals least to a stranger:
@@ -479,12 +520,12 @@ func (p *Producer) admit(req *requestMsg, serverNonce []byte) error {
 // key is exported and idle, or else waits, blocked in a read, until Export or
 // a failed stream hands the lease over and wakes it, the consumer hangs up,
 // or a lease duration passes with no export.
-func (p *Producer) push(conn net.Conn, req *requestMsg, acc acceptMsg, log *slog.Logger) {
+func (p *Producer) push(conn net.Conn, req *requestMsg, accept []byte, log *slog.Logger) bool {
 	// Arm the wait bound before registering: once registered, a wake-up (a
 	// deadline in the past) may come at any moment and must not be
 	// overwritten.
 	if err := conn.SetReadDeadline(time.Now().Add(p.cfg.LeaseDuration)); err != nil {
-		return
+		return false
 	}
 	w := &waiter{conn: conn}
 	p.mu.Lock()
@@ -493,7 +534,7 @@ func (p *Producer) push(conn net.Conn, req *requestMsg, acc acceptMsg, log *slog
 	case p.waiters[req.Key] != nil:
 		p.mu.Unlock()
 		refuse(conn, fmt.Errorf("%w: another consumer is already waiting for %q", ErrBusy, req.Key))
-		return
+		return false
 	case l != nil && !l.streaming:
 		l.streaming = true
 		l.abort = func() { conn.Close() }
@@ -503,7 +544,7 @@ func (p *Producer) push(conn net.Conn, req *requestMsg, acc acceptMsg, log *slog
 	}
 	p.mu.Unlock()
 
-	err := writeJSON(conn, frameAccept, acc)
+	_, err := conn.Write(accept)
 	if l == nil {
 		var rerr error
 		if err == nil {
@@ -522,51 +563,53 @@ func (p *Producer) push(conn net.Conn, req *requestMsg, acc acceptMsg, log *slog
 				conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
 				refuse(conn, fmt.Errorf("%w: %q not exported within %v", ErrUnknownTransfer, req.Key, p.cfg.LeaseDuration))
 			}
-			return
+			return false
 		}
 		// Only a timeout can be our wake-up; anything else (EOF, a closed
 		// connection, a stray byte) means this consumer is gone or broken.
 		if ne, ok := rerr.(net.Error); err != nil || !ok || !ne.Timeout() {
 			p.checkin(l, false)
-			return
+			return false
 		}
 	} else if err != nil {
 		p.checkin(l, false)
-		return
+		return false
 	}
 	if len(l.blocks) != req.Blocks {
 		conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
 		refuse(conn, fmt.Errorf("%w: %q has %d blocks, consumer expects %d", ErrBlockCount, req.Key, len(l.blocks), req.Blocks))
 		p.checkin(l, false)
-		return
+		return false
 	}
-	p.stream(conn, l, log)
+	return p.stream(conn, l, nil, log)
 }
 
-// stream sends l's blocks straight from the store's memory, waits for the
-// consumer's ack, and only then frees them.
-func (p *Producer) stream(conn net.Conn, l *lease, log *slog.Logger) {
+// stream sends l's blocks straight from the store's memory, after prefix
+// (the pull's accept) in the same writev, waits for the consumer's ack, and
+// only then frees them. The DONE that answers the ack is the caller's to
+// send. It reports whether the consumer acknowledged every byte.
+func (p *Producer) stream(conn net.Conn, l *lease, prefix []byte, log *slog.Logger) bool {
 	start := time.Now()
-	err := p.sendBlocks(conn, l)
+	err := p.sendBlocks(conn, l, prefix)
 	if err == nil {
 		err = p.readAck(conn)
 	}
 	if err != nil {
 		p.checkin(l, false)
 		log.Info("kvtransfer: transfer failed; blocks stay leased", "err", err)
-		return
+		return false
 	}
 	p.checkin(l, true)
-	conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout))
-	writeFrame(conn, frameDone, nil)
 	log.Debug("kvtransfer: transfer complete", "blocks", len(l.blocks), "num_tokens", l.numTokens, "elapsed", time.Since(start))
+	return true
 }
 
-func (p *Producer) sendBlocks(conn net.Conn, l *lease) error {
+func (p *Producer) sendBlocks(conn net.Conn, l *lease, prefix []byte) error {
 	bb := p.store.BlockBytes()
-	hdr := make([]byte, headerLen+dataHdrLen)
-	putHeader(hdr, frameData, dataHdrLen)
-	copy(hdr[headerLen:], dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(bb), numTokens: uint64(l.numTokens)}.bytes())
+	hdr := make([]byte, len(prefix)+headerLen+dataHdrLen)
+	copy(hdr, prefix)
+	putHeader(hdr[len(prefix):], frameData, dataHdrLen)
+	copy(hdr[len(prefix)+headerLen:], dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(bb), numTokens: uint64(l.numTokens)}.bytes())
 
 	perBatch := max(1, batchBytes/bb)
 	bufs := make(net.Buffers, 0, perBatch+1)

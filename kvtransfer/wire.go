@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 )
 
@@ -135,14 +136,40 @@ func writeFrame(w io.Writer, typ byte, payload []byte) error {
 }
 
 func writeJSON(w io.Writer, typ byte, v any) error {
-	payload, err := json.Marshal(v)
+	b, err := appendJSONFrame(nil, typ, v)
 	if err != nil {
 		return err
 	}
-	if len(payload) > maxControl {
-		return fmt.Errorf("%w: control frame of %d bytes exceeds %d", ErrProtocol, len(payload), maxControl)
+	_, err = w.Write(b)
+	return err
+}
+
+// appendJSONFrame appends v as a control frame to b, so that frames owed to
+// the peer can leave together in one write.
+func appendJSONFrame(b []byte, typ byte, v any) ([]byte, error) {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	return writeFrame(w, typ, payload)
+	if len(payload) > maxControl {
+		return nil, fmt.Errorf("%w: control frame of %d bytes exceeds %d", ErrProtocol, len(payload), maxControl)
+	}
+	n := len(b)
+	b = append(b, make([]byte, headerLen)...)
+	putHeader(b[n:], typ, len(payload))
+	return append(b, payload...), nil
+}
+
+// doneFrame is the empty DONE frame that ends a transfer.
+var doneFrame = func() []byte {
+	b := make([]byte, headerLen)
+	putHeader(b, frameDone, 0)
+	return b
+}()
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // readFrame reads one frame, refusing anything that is not ours or is larger

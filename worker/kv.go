@@ -145,8 +145,15 @@ func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string) (*kvPath,
 }
 
 func (k *kvPath) close() {
-	if k != nil && k.producer != nil {
+	if k == nil {
+		return
+	}
+	if k.producer != nil {
 		k.producer.Close()
+	}
+	if k.consumer != nil {
+		// Its idle connections hold the producers' handlers open.
+		k.consumer.Close()
 	}
 }
 

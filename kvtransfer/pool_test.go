@@ -1,0 +1,199 @@
+package kvtransfer
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// pooled returns the consumer's idle connections to addr, oldest first.
+func (c *Consumer) pooled(addr string) []net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var conns []net.Conn
+	for _, ic := range c.idle[addr] {
+		conns = append(conns, ic.conn)
+	}
+	return conns
+}
+
+// producerConns is how many connections the producer is serving.
+func (p *Producer) producerConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// pullOnce exports n blocks under key and pulls them, checking the bytes.
+func (r *rig) pullOnce(t *testing.T, key string, n int, seed uint64) {
+	t.Helper()
+	r.export(t, key, n, seed)
+	dst := r.cs.allocate(t, n)
+	defer r.cs.Free(dst)
+	if _, err := r.c.Pull(testCtx(t), r.addr, testEngine, key, dst); err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, r.cs, dst, seed)
+}
+
+func TestPooledConnectionReused(t *testing.T) {
+	checkGoroutines(t)
+	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = "s" }, cons: func(c *Config) { c.Secret = "s" }})
+	defer r.c.Close()
+	r.pullOnce(t, "a", 3, 1)
+	first := r.c.pooled(r.addr)
+	if len(first) != 1 {
+		t.Fatalf("%d idle connections after a pull, want 1", len(first))
+	}
+	// A release has a connection of its own; the next pull rides the
+	// pooled one.
+	r.export(t, "b", 2, 2)
+	if err := r.c.ReleaseRemote(testCtx(t), r.addr, "b"); err != nil {
+		t.Fatal(err)
+	}
+	r.pullOnce(t, "c", 4, 3)
+	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("idle connections %v, want the first one again %v", got, first)
+	}
+	waitFor(t, "the release's connection to close", func() bool { return r.p.producerConns() == 1 })
+	wantStats(t, r.p, ProducerStats{Completed: 2, Released: 1})
+}
+
+func TestStalePooledConnectionRetried(t *testing.T) {
+	checkGoroutines(t)
+	r := newRig(t, rigOpts{})
+	defer r.c.Close()
+	r.pullOnce(t, "a", 2, 1)
+	stale := r.c.pooled(r.addr)
+	if len(stale) != 1 {
+		t.Fatalf("%d idle connections, want 1", len(stale))
+	}
+	// The producer drops its end, as after an idle timeout or a restart;
+	// the consumer has already buffered the next hello, so it notices only
+	// when its request goes unanswered.
+	r.p.mu.Lock()
+	for c := range r.p.conns {
+		c.Close()
+	}
+	r.p.mu.Unlock()
+	waitFor(t, "the producer to drop the connection", func() bool { return r.p.producerConns() == 0 })
+
+	r.pullOnce(t, "b", 2, 2)
+	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] == stale[0] {
+		t.Fatalf("idle connections %v, want one fresh connection, not %v", got, stale)
+	}
+	wantStats(t, r.p, ProducerStats{Completed: 2})
+}
+
+func TestPoolBounded(t *testing.T) {
+	c := NewConsumer(Config{MaxIdleConns: 2}, newSlabStore(16, 1))
+	defer c.Close()
+	var peers []net.Conn
+	for range 4 {
+		a, b := net.Pipe()
+		defer b.Close()
+		peers = append(peers, b)
+		c.put("p:1", a)
+	}
+	if n := c.IdleConns(); n != 2 {
+		t.Fatalf("%d idle connections, want the bound, 2", n)
+	}
+	// The ones beyond the bound are closed: their peers read EOF.
+	for i, b := range peers[2:] {
+		b.SetReadDeadline(time.Now().Add(testIOTimeout))
+		if _, err := b.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("connection %d beyond the bound: read %v, want EOF (closed)", i+2, err)
+		}
+	}
+
+	off := NewConsumer(Config{MaxIdleConns: -1}, newSlabStore(16, 1))
+	a, b := net.Pipe()
+	defer b.Close()
+	off.put("p:1", a)
+	if n := off.IdleConns(); n != 0 {
+		t.Fatalf("reuse off: %d idle connections, want 0", n)
+	}
+}
+
+func TestIdleConnectionsClosed(t *testing.T) {
+	checkGoroutines(t)
+	t.Run("on Close", func(t *testing.T) {
+		r := newRig(t, rigOpts{})
+		r.pullOnce(t, "a", 2, 1)
+		if n := r.c.IdleConns(); n != 1 {
+			t.Fatalf("%d idle connections, want 1", n)
+		}
+		r.c.Close()
+		if n := r.c.IdleConns(); n != 0 {
+			t.Fatalf("%d idle connections after Close, want 0", n)
+		}
+		waitFor(t, "the producer to see the close", func() bool { return r.p.producerConns() == 0 })
+		// Still usable, without pooling.
+		r.pullOnce(t, "b", 2, 2)
+		if n := r.c.IdleConns(); n != 0 {
+			t.Fatalf("%d idle connections after Close and a pull, want 0", n)
+		}
+	})
+	t.Run("after the idle timeout", func(t *testing.T) {
+		r := newRig(t, rigOpts{cons: func(c *Config) { c.IdleTimeout = 20 * time.Millisecond }})
+		defer r.c.Close()
+		r.pullOnce(t, "a", 2, 1)
+		waitFor(t, "the idle connection to time out", func() bool { return r.c.IdleConns() == 0 })
+		waitFor(t, "the producer to see the close", func() bool { return r.p.producerConns() == 0 })
+	})
+}
+
+// TestAuthPerRequestOnReusedConnection: every request on a kept connection
+// answers a fresh nonce, so a proof recorded for an earlier hello is refused.
+func TestAuthPerRequestOnReusedConnection(t *testing.T) {
+	checkGoroutines(t)
+	const secret = "s3cret"
+	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = secret }})
+	r.export(t, "a", 1, 1)
+	r.export(t, "b", 1, 2)
+
+	conn, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(testIOTimeout))
+	release := func(key string, serverNonce []byte) requestMsg {
+		req := requestMsg{Op: opRelease, Key: key, Nonce: bytes.Repeat([]byte{7}, nonceLen)}
+		req.MAC = consumerMAC(secret, serverNonce, &req)
+		return req
+	}
+
+	var h1 helloMsg
+	if err := readJSON(conn, frameHello, &h1); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(conn, frameRequest, release("a", h1.Nonce)); err != nil {
+		t.Fatal(err)
+	}
+	var acc acceptMsg
+	if err := readJSON(conn, frameAccept, &acc); err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	var h2 helloMsg
+	if err := readJSON(conn, frameHello, &h2); err != nil {
+		t.Fatalf("no second hello on the kept connection: %v", err)
+	}
+	if bytes.Equal(h1.Nonce, h2.Nonce) {
+		t.Fatal("the second hello repeats the first nonce")
+	}
+	// A proof made for the first nonce: refused, and the connection ends.
+	if err := writeJSON(conn, frameRequest, release("b", h1.Nonce)); err != nil {
+		t.Fatal(err)
+	}
+	if err := readJSON(conn, frameAccept, &acc); !errors.Is(err, ErrAuth) {
+		t.Fatalf("stale proof: err = %v, want ErrAuth", err)
+	}
+	if _, _, err := readFrame(conn); !errors.Is(err, io.EOF) {
+		t.Fatalf("after a refusal: %v, want the producer to close", err)
+	}
+	wantStats(t, r.p, ProducerStats{LeasedTransfers: 1, LeasedBlocks: 1, Released: 1})
+}

@@ -25,7 +25,10 @@ WORKLOADS=(
   "chat 48 256 2,4,6,8,10,12,16 ttft=500ms,tpot=25ms"
   "long 760 200 1,2,3,4,6,8,10 ttft=2s,tpot=25ms"
 )
-TOPOLOGIES=(colocated-2x pd-1p1d)
+# Topologies: a config in docs/benchmarks/ and the serve flags it needs
+# (serve splits a config's Thinker unless told --pd=false).
+read -r -a TOPOLOGIES <<<"${TOPOLOGIES:-colocated-2x pd-1p1d}"
+declare -A SERVE_FLAGS=([colocated-2x]="--pd=false" [pd-1p1d]="")
 
 mkdir -p "$OUT"
 bin="$(mktemp -d)/omnipd"
@@ -44,7 +47,8 @@ trap stop_serve EXIT
 
 for topo in "${TOPOLOGIES[@]}"; do
   echo "== $topo: omnipd serve --simulate $PROFILE"
-  "$bin" serve --config "docs/benchmarks/$topo.yaml" --simulate "$PROFILE" --port "$PORT" \
+  # shellcheck disable=SC2086 # the flags are words
+  "$bin" serve --config "docs/benchmarks/$topo.yaml" ${SERVE_FLAGS[$topo]:-} --simulate "$PROFILE" --port "$PORT" \
     >"$OUT/$topo.serve.log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 1 120); do
@@ -52,6 +56,7 @@ for topo in "${TOPOLOGIES[@]}"; do
     sleep 0.5
   done
   curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null
+  grep -E '^stage .* ready at ' "$OUT/$topo.serve.log"
   for w in "${WORKLOADS[@]}"; do
     read -r name words outlen rates slo <<<"$w"
     echo "== $topo · $name workload: rates $rates, $DURATION each"
@@ -65,6 +70,7 @@ done
 
 for w in "${WORKLOADS[@]}"; do
   read -r name _ _ _ _ <<<"$w"
+  [ -f "$OUT/$name-colocated-2x.json" ] && [ -f "$OUT/$name-pd-1p1d.json" ] || continue
   echo "== comparing: $name workload"
   "$bin" bench compare --title "$name workload" --plot-dir "$OUT/$name-compare" \
     "colocated ×2=$OUT/$name-colocated-2x.json" "PD 1P+1D=$OUT/$name-pd-1p1d.json" | tee "$OUT/$name-compare.md"

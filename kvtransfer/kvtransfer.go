@@ -20,7 +20,7 @@
 // type (1 byte), two reserved zero bytes, and the payload length (uint32,
 // big-endian). Control payloads are compact JSON and at most 64 KiB.
 //
-//	producer → consumer  HELLO   {"nonce"}                       on accept
+//	producer → consumer  HELLO   {"nonce"}                       on accept, and after each completed request
 //	consumer → producer  REQUEST {"op","key","engine_id","blocks","block_bytes","shape","byte_order","nonce","mac"}
 //	producer → consumer  ACCEPT  {"mac"}  or  ERROR {"code","msg"} and close
 //	producer → consumer  DATA    16 bytes: blocks u32, block_bytes u32, num_tokens u64 (big-endian),
@@ -29,13 +29,24 @@
 //	producer → consumer  DONE    (empty)
 //
 // For op "push" the ACCEPT comes at once and the DATA (or an ERROR) when the
-// key is exported; for op "release" the ACCEPT is the whole answer.
+// key is exported; for op "release" the ACCEPT is the whole answer. For op
+// "pull" the ACCEPT and the DATA leave in one write.
+//
+// A connection carries requests one after another: once a request has
+// completed (DONE, or a release's ACCEPT), the producer sends the next HELLO
+// with a fresh nonce in the same write, and the consumer may keep the
+// connection idle for its next pull. An ERROR ends the connection. The
+// consumer pools pull connections only (a push dials while the prefill still
+// runs; a release runs in the background), at most Config.MaxIdleConns per
+// producer for Config.IdleTimeout, and when a pooled connection turns out to
+// have been closed before the producer answered, it retries once on a fresh
+// one: the producer had not seen the request, so nothing happened there.
 //
 // With a secret configured the consumer's mac is HMAC-SHA256 over both
 // nonces, the op, the key and the engine id, and the producer's mac is
 // HMAC-SHA256 over both nonces and the key, so each side proves it knows the
 // secret without sending it, and neither proof can be replayed on another
-// connection.
+// connection or for another request on the same connection.
 package kvtransfer
 
 import (

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Labeled is a report under the name a comparison shows it by, such as
@@ -40,6 +42,18 @@ func ReadReportFile(path string) (*Report, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rep, nil
+}
+
+// Rejudge re-aggregates every run of r against slo, from the requests it
+// recorded: what the goodput would have been under another SLO, without
+// running the benchmark again. Latency figures do not change; goodput, SLO
+// attainment and each request's MetSLO do.
+func (r *Report) Rejudge(slo SLO) {
+	r.Settings.SLO = slo
+	for _, run := range r.Runs {
+		elapsed := time.Duration(math.Round(run.Summary.DurationS * float64(time.Second)))
+		run.Summary = Aggregate(run.Requests, elapsed, slo)
+	}
 }
 
 // point is where a run sits on a sweep's x axis: its rate or concurrency.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func sweepReport(slo SLO, points map[float64]float64) *Report {
@@ -98,5 +99,30 @@ func TestComparisonPlotsAndJSON(t *testing.T) {
 	}
 	if _, err := ReadReport(strings.NewReader(`{"config":{},"runs":[]}`)); err == nil {
 		t.Error("a report without runs was read")
+	}
+}
+
+func TestRejudge(t *testing.T) {
+	recs := []Record{
+		{Index: 0, Success: true, TTFTMS: 100, TPOTMS: 10, OutputTokens: 10, E2EMS: 200},
+		{Index: 1, Success: true, TTFTMS: 100, TPOTMS: 30, OutputTokens: 10, E2EMS: 400},
+		{Index: 2, Success: false, Error: "boom"},
+	}
+	r := &Report{Runs: []*Result{{Load: Load{RequestRate: 1, NumPrompts: 3}, Requests: recs}}}
+	r.Runs[0].Summary = Aggregate(r.Runs[0].Requests, 2*time.Second, SLO{})
+	if got := r.Runs[0].Summary.MetSLO; got != 2 {
+		t.Fatalf("without an SLO: met %d, want 2", got)
+	}
+	slo, err := ParseSLO("tpot=20ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Rejudge(slo)
+	s := r.Runs[0].Summary
+	if s.MetSLO != 1 || s.Goodput != 0.5 || s.Completed != 2 || s.Failed != 1 || r.Settings.SLO != slo {
+		t.Errorf("rejudged: met %d goodput %v completed %d failed %d slo %v; want 1, 0.5, 2, 1, %v", s.MetSLO, s.Goodput, s.Completed, s.Failed, r.Settings.SLO, slo)
+	}
+	if !r.Runs[0].Requests[0].MetSLO || r.Runs[0].Requests[1].MetSLO {
+		t.Error("per-request MetSLO not rejudged")
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func newBenchCompareCmd() *cobra.Command {
-	var plotDir, title string
+	var plotDir, title, slo string
 	cmd := &cobra.Command{
 		Use:   "compare NAME=REPORT.json NAME=REPORT.json... [--plot-dir DIR]",
 		Short: "Compare sweeps of several deployments: goodput, SLO attainment and latency per point",
@@ -18,18 +18,29 @@ func newBenchCompareCmd() *cobra.Command {
 of the same workload against different deployments — PD against colocated,
 say — and prints, per metric, a Markdown table with a row per sweep point and
 a column per deployment. With --plot-dir it also draws each metric against the
-rate (or concurrency) as SVG, a line per deployment.`,
+rate (or concurrency) as SVG, a line per deployment. --slo judges every
+recorded request again against another SLO, so one set of runs shows goodput
+under several.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runBenchCompare(args, plotDir, title, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runBenchCompare(args, plotDir, title, slo, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&plotDir, "plot-dir", "", "write one SVG chart per metric here")
 	cmd.Flags().StringVar(&title, "title", "", "what the charts compare, e.g. \"chat workload\" (default: the reports' names)")
+	cmd.Flags().StringVar(&slo, "slo", "", "judge every request against this SLO instead of the one each run used, e.g. ttft=2s,tpot=15ms")
 	return cmd
 }
 
-func runBenchCompare(args []string, plotDir, title string, stdout, stderr io.Writer) error {
+func runBenchCompare(args []string, plotDir, title, sloFlag string, stdout, stderr io.Writer) error {
+	var slo *bench.SLO
+	if sloFlag != "" {
+		s, err := bench.ParseSLO(sloFlag)
+		if err != nil {
+			return fmt.Errorf("--slo: %w", err)
+		}
+		slo = &s
+	}
 	var reports []bench.Labeled
 	var names []string
 	for _, a := range args {
@@ -40,6 +51,9 @@ func runBenchCompare(args []string, plotDir, title string, stdout, stderr io.Wri
 		rep, err := bench.ReadReportFile(path)
 		if err != nil {
 			return err
+		}
+		if slo != nil {
+			rep.Rejudge(*slo)
 		}
 		reports = append(reports, bench.Labeled{Name: name, Report: rep})
 		names = append(names, name)

@@ -38,7 +38,7 @@ func TestBenchCompare(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "plots", "compare_goodput.svg")); err != nil {
 		t.Errorf("goodput chart: %v", err)
 	}
-	if err := runBenchCompare([]string{pd, co}, "", "", &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "NAME=REPORT.json") {
+	if err := runBenchCompare([]string{pd, co}, "", "", "", &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "NAME=REPORT.json") {
 		t.Errorf("arguments without names: err = %v", err)
 	}
 }

@@ -7,6 +7,7 @@
 #
 #   scripts/goodput-study.sh                 # about 25 minutes
 #   DURATION=10s scripts/goodput-study.sh    # a quicker, noisier look
+#   ONLY=long TOPOLOGIES=pd-1p1d scripts/goodput-study.sh   # one workload, one topology
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +60,7 @@ for topo in "${TOPOLOGIES[@]}"; do
   grep -E '^stage .* ready at ' "$OUT/$topo.serve.log"
   for w in "${WORKLOADS[@]}"; do
     read -r name words outlen rates slo <<<"$w"
+    [[ " ${ONLY:-chat long} " == *" $name "* ]] || continue
     echo "== $topo · $name workload: rates $rates, $DURATION each"
     "$bin" bench --base-url "http://127.0.0.1:$PORT" --seed "$SEED" \
       --input-len "$words" --output-len "$outlen" --sweep "$rates" --duration "$DURATION" \

@@ -139,6 +139,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					if o.access.maxModelLen > 0 {
 						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
 					}
+					spec.Args = append(spec.Args, kvCacheArgs(s)...)
 				} else {
 					spec.Args = []string{"--stage", s.ModelStage}
 				}
@@ -398,6 +399,25 @@ func (a *accessOptions) warnExposure(host string, log *slog.Logger) {
 	if a.apiKey == "" && !isLoopback(host) {
 		log.Warn("omnipd serve listens beyond this host without an API key: anyone who can reach it can use the model; set --api-key or OMNIPD_API_KEY", "host", host)
 	}
+}
+
+// kvCacheArgs sizes a reference Thinker's KV cache from the engine
+// arguments vLLM sizes its own with: num_gpu_blocks_override (the cache in
+// blocks) and block_size. Other engine arguments keep the worker's defaults,
+// so that a config tuned for a GPU (max_num_seqs: 1, say) does not throttle
+// the reference engine.
+func kvCacheArgs(s *deploy.Stage) []string {
+	var args []string
+	for _, a := range []struct{ key, flag string }{{"num_gpu_blocks_override", "--num-blocks"}, {"block_size", "--block-size"}} {
+		v := s.EngineArgs.Get(a.key)
+		if v == nil || v.Kind != deploy.KindScalar {
+			continue
+		}
+		if n, err := strconv.Atoi(v.Value); err == nil && n > 0 {
+			args = append(args, a.flag, strconv.Itoa(n))
+		}
+	}
+	return args
 }
 
 // isLoopback reports whether listening on host keeps a server on this

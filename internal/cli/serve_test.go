@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,5 +129,33 @@ stages:
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+func TestKVCacheArgsFromEngineArgs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	cfg := `pipeline: qwen3_omni_moe_thinker
+stages:
+  - stage_id: 0
+    model_stage: thinker
+    final_output: true
+    final_output_type: text
+    devices: "0"
+    engine_args:
+      num_gpu_blocks_override: 9500
+      block_size: 32
+      max_num_seqs: 1
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var flags configFlags
+	doc, err := loadConfig(path, flags.options(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := kvCacheArgs(doc.Stages[0])
+	if want := []string{"--num-blocks", "9500", "--block-size", "32"}; !slices.Equal(got, want) {
+		t.Errorf("worker flags %q, want %q (and not max_num_seqs)", got, want)
 	}
 }

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Fuzz time per target; CI keeps it short, raise it locally to dig deeper.
-FUZZTIME="${FUZZTIME:-15s}"
+FUZZTIME="${FUZZTIME:-10s}"
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omnipd/omnipd/openai"
 	"github.com/spf13/cobra"
 )
 
@@ -57,16 +58,7 @@ func newChatCmd() *cobra.Command {
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
 			}
-			var out struct {
-				Choices []struct {
-					Message struct {
-						Content *string `json:"content"`
-						Audio   *struct {
-							Data string `json:"data"`
-						} `json:"audio"`
-					} `json:"message"`
-				} `json:"choices"`
-			}
+			var out openai.ChatCompletion
 			if err := json.Unmarshal(raw, &out); err != nil {
 				return fmt.Errorf("the answer is not a chat completion: %w", err)
 			}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -162,12 +163,7 @@ func unionPoints(reports []Labeled) []float64 {
 			}
 		}
 	}
-	// Few points: insertion sort keeps this dependency-free and obvious.
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
+	slices.Sort(xs)
 	return xs
 }
 

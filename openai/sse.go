@@ -62,9 +62,6 @@ func (s *SSEWriter) Queue(v any) error {
 // encoding it did. Anything else goes through encoding/json, which compacts.
 func eventJSON(v any) ([]byte, error) {
 	if m, ok := v.(json.Marshaler); ok {
-		if raw, ok := v.(json.RawMessage); ok && raw == nil {
-			return []byte("null"), nil
-		}
 		b, err := m.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("openai: encoding SSE event: %w", err)

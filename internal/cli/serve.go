@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -254,14 +255,6 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 // reads them.
 func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
 	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer}
-	num := func(n *deploy.Node, key string) (float64, bool) {
-		v := n.Get(key)
-		if v == nil || v.Kind != deploy.KindScalar {
-			return 0, false
-		}
-		f, err := strconv.ParseFloat(v.Value, 64)
-		return f, err == nil
-	}
 	for _, s := range doc.Stages {
 		switch s.ModelStage {
 		case "thinker":
@@ -409,15 +402,22 @@ func (a *accessOptions) warnExposure(host string, log *slog.Logger) {
 func kvCacheArgs(s *deploy.Stage) []string {
 	var args []string
 	for _, a := range []struct{ key, flag string }{{"num_gpu_blocks_override", "--num-blocks"}, {"block_size", "--block-size"}} {
-		v := s.EngineArgs.Get(a.key)
-		if v == nil || v.Kind != deploy.KindScalar {
-			continue
-		}
-		if n, err := strconv.Atoi(v.Value); err == nil && n > 0 {
-			args = append(args, a.flag, strconv.Itoa(n))
+		if n, ok := num(s.EngineArgs, a.key); ok && n >= 1 && n == math.Trunc(n) {
+			args = append(args, a.flag, strconv.Itoa(int(n)))
 		}
 	}
 	return args
+}
+
+// num reads the number under key of a config mapping (engine_args,
+// default_sampling_params); false when it is absent or not a number.
+func num(n *deploy.Node, key string) (float64, bool) {
+	v := n.Get(key)
+	if v == nil || v.Kind != deploy.KindScalar {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.Value, 64)
+	return f, err == nil
 }
 
 // isLoopback reports whether listening on host keeps a server on this

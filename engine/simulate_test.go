@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/omnipd/omnipd/engine/kvcache"
 	"github.com/omnipd/omnipd/engine/sampler"
 	"github.com/omnipd/omnipd/engine/simulate"
 )
@@ -323,14 +324,17 @@ func TestSimulatedImportChecksKV(t *testing.T) {
 	prompt := randomPrompt(rand.New(rand.NewPCG(9, 9)), 33)
 	pre := greedy(1)
 	pre.IgnoreEOS = true
-	for i, corrupt := range []bool{false, true} {
+	// Element 0 of position 16's layer-0 keys is the row's signature, 7 is
+	// in its tail; -1 leaves the import intact.
+	for i, element := range []int{-1, 0, 7} {
+		corrupt := element >= 0
 		id := fmt.Sprint("check-", i)
 		run(t, prefill, &Request{ID: id, Prompt: prompt, Params: pre, Export: path.export(id)})
 		imp := path.importer(decode, id)
 		if corrupt {
 			imp = func(ctx context.Context, dst []int) (int, error) {
 				n, err := path.importer(decode, id)(ctx, dst)
-				decode.Cache().Block(dst[1])[7] += 1 // position 16, layer 0, K
+				decode.Cache().Block(dst[1])[element] += 1
 				return n, err
 			}
 		}
@@ -435,4 +439,28 @@ func BenchmarkModeledStep(b *testing.B) {
 		over += took - modeled
 	}
 	b.ReportMetric(float64(over.Nanoseconds())/float64(b.N*tokens)/1e3, "overshoot-us/step")
+}
+
+// BenchmarkSimulatedKV is simulate mode's per-position KV work for a
+// 170-token prompt: the prefill writing its rows, the decode checking the
+// imported ones.
+func BenchmarkSimulatedKV(b *testing.B) {
+	const n = 170
+	shape := testModel.KVShape(16)
+	c, err := kvcache.New(shape, shape.BlocksFor(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	table, _ := c.Allocate(c.NumBlocks())
+	tokens := make([]int, n)
+	for i := range tokens {
+		tokens[i] = 'a' + i%26
+	}
+	b.SetBytes(int64(n * shape.Layers * 2 * shape.KVHeads * shape.HeadDim * 4))
+	for b.Loop() {
+		fillKV(c, table, tokens, 0, n)
+		if err := verifyKV(c, table, tokens, n); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

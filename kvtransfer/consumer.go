@@ -30,7 +30,8 @@ type Consumer struct {
 	idle   map[string][]*idleConn // by producer address, most recently used last
 }
 
-// idleConn is a pooled connection whose next frame is the producer's hello.
+// idleConn is a pooled connection whose next frames are the DONE that ends
+// its last pull and the producer's hello.
 type idleConn struct {
 	conn  net.Conn
 	timer *time.Timer // closes it after cfg.IdleTimeout unused
@@ -97,7 +98,7 @@ func (c *Consumer) get(addr string) net.Conn {
 	return ic.conn
 }
 
-// put pools conn, whose next frame is the producer's hello, or closes it when
+// put pools conn, whose next frames are a DONE and a hello, or closes it when
 // the pool for addr is full, reuse is off or the consumer is closed.
 func (c *Consumer) put(addr string, conn net.Conn) {
 	c.mu.Lock()
@@ -134,9 +135,11 @@ func (c *Consumer) expire(addr string, ic *idleConn) {
 // Pull (NIXL-shaped) fetches the blocks exported under key from the producer
 // at addr into dst, which must hold as many blocks as were exported, and
 // returns how many token positions they hold. Success means dst holds every
-// byte and the consumer has acknowledged them; the producer frees its copies
-// on that ack, before it answers (if the ack or the answer is lost, the
-// transfer still succeeds here and the producer's lease expiry frees them).
+// byte and the consumer has sent its acknowledgement; the producer frees its
+// copies when the ack arrives (if the ack is lost, the transfer still
+// succeeds here and the producer's lease expiry frees them). Pull does not
+// wait for the producer's DONE that answers the ack: that is a round trip
+// the decode need not wait for, so it is read by the connection's next pull.
 // On any failure, including ctx ending mid-transfer, the producer's lease
 // stays in place for a retry, a release or expiry, and the contents of dst
 // are undefined.
@@ -196,7 +199,7 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		// cannot be undone by the next SetDeadline.
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		var reusable bool
-		n, reusable, err = c.exchange(conn, op, engineID, key, dst)
+		n, reusable, err = c.exchange(conn, reused, op, engineID, key, dst)
 		if stop() && err == nil && reusable && pool {
 			c.put(addr, conn)
 		} else {
@@ -233,16 +236,29 @@ func closedByPeer(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// exchange runs one request on conn. reusable means the request completed
-// and the producer's next frame is a fresh hello, so conn may be pooled.
-func (c *Consumer) exchange(conn net.Conn, op, engineID, key string, dst []int) (_ int, reusable bool, _ error) {
-	n, err := c.exchange1(conn, op, engineID, key, dst, &reusable)
+// exchange runs one request on conn; pooled means conn comes from the pool,
+// so the DONE of its previous pull comes first. reusable means the request
+// completed and the producer's next frames are that request's DONE and a
+// fresh hello, so conn may be pooled.
+func (c *Consumer) exchange(conn net.Conn, pooled bool, op, engineID, key string, dst []int) (_ int, reusable bool, _ error) {
+	n, err := c.exchange1(conn, pooled, op, engineID, key, dst, &reusable)
 	return n, reusable, err
 }
 
-func (c *Consumer) exchange1(conn net.Conn, op, engineID, key string, dst []int, reusable *bool) (int, error) {
+func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key string, dst []int, reusable *bool) (int, error) {
 	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
 		return 0, err
+	}
+	if pooled {
+		// Any failure here is before this request began on either side: a
+		// fresh connection may try again.
+		typ, _, err := readFrame(conn)
+		if err == nil && typ != frameDone {
+			err = fmt.Errorf("%w: got frame type %d, want the previous pull's done", ErrProtocol, typ)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("done of the previous pull: %w", &staleError{err})
+		}
 	}
 	var h helloMsg
 	if err := readJSON(conn, frameHello, &h); err != nil {
@@ -344,6 +360,13 @@ func (c *Consumer) exchange1(conn net.Conn, op, engineID, key string, dst []int,
 	conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout))
 	if err := writeFrame(conn, frameAck, nil); err != nil {
 		c.log.Warn("kvtransfer: ack not sent; producer frees on lease expiry", "key", key, "err", err)
+		return int(dh.numTokens), nil
+	}
+	if op == opPull {
+		// The DONE is read by this connection's next pull, if it has one;
+		// closing the connection with it unread is harmless, as the
+		// producer has read the ack by the time it sends the DONE.
+		*reusable = true
 		return int(dh.numTokens), nil
 	}
 	if typ, _, err := readFrame(conn); err != nil || typ != frameDone {

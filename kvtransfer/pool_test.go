@@ -33,10 +33,13 @@ func (r *rig) pullOnce(t *testing.T, key string, n int, seed uint64) {
 	r.export(t, key, n, seed)
 	dst := r.cs.allocate(t, n)
 	defer r.cs.Free(dst)
+	before := r.p.Stats().Completed
 	if _, err := r.c.Pull(testCtx(t), r.addr, testEngine, key, dst); err != nil {
 		t.Fatal(err)
 	}
 	checkPattern(t, r.cs, dst, seed)
+	// Pull returns once its ack is sent; the producer frees on reading it.
+	waitFor(t, "the producer to take the ack", func() bool { return r.p.Stats().Completed > before })
 }
 
 func TestPooledConnectionReused(t *testing.T) {
@@ -72,8 +75,8 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 		t.Fatalf("%d idle connections, want 1", len(stale))
 	}
 	// The producer drops its end, as after an idle timeout or a restart;
-	// the consumer has already buffered the next hello, so it notices only
-	// when its request goes unanswered.
+	// the consumer has already buffered the last pull's DONE and the next
+	// hello, so it notices only when its request goes unanswered.
 	r.p.mu.Lock()
 	for c := range r.p.conns {
 		c.Close()

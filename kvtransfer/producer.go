@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -415,7 +414,7 @@ func (p *Producer) serve(conn net.Conn) {
 		}
 		var req requestMsg
 		if err := readJSON(conn, frameRequest, &req); err != nil {
-			if !first && (errors.Is(err, io.EOF) || isTimeout(err)) {
+			if !first && (closedByPeer(err) || isTimeout(err)) {
 				return // an idle pooled connection closed or abandoned: normal
 			}
 			log.Info("kvtransfer: bad request", "err", err)

@@ -72,8 +72,13 @@ func newTestWorker(t *testing.T, kv string) *testWorker {
 // are short so that tests see them expire; long enough that a push decode
 // waiting for a slow (race-instrumented) prefill is not refused.
 func kvConfig(role, engineID, handshake string) string {
+	return kvConfigLease(role, engineID, handshake, 3)
+}
+
+// kvConfigLease is kvConfig with leases of the given length.
+func kvConfigLease(role, engineID, handshake string, leaseSeconds int) string {
 	return fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,"kv_ip":"127.0.0.1","kv_port":0,
-		"kv_connector_extra_config":{"handshake":%q,"lease_seconds":3}}`, role, engineID, handshake)
+		"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%d}}`, role, engineID, handshake, leaseSeconds)
 }
 
 type completion struct {
@@ -277,8 +282,12 @@ func TestNoLeakUnderMixedFailures(t *testing.T) {
 	}
 	for _, handshake := range []string{HandshakePull, HandshakePush} {
 		t.Run(handshake, func(t *testing.T) {
-			prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", handshake))
-			decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", handshake))
+			// A push decode waits one lease for its prefill, which queues
+			// behind the others on a loaded race-instrumented run: 3 s
+			// was seen to be too short.
+			const lease = 6
+			prefill := newTestWorker(t, kvConfigLease("kv_producer", "prefill-0", handshake, lease))
+			decode := newTestWorker(t, kvConfigLease("kv_consumer", "decode-0", handshake, lease))
 			base := runtime.NumGoroutine()
 			rng := rand.New(rand.NewPCG(13, 14))
 			const total = 1000
@@ -335,7 +344,7 @@ func TestNoLeakUnderMixedFailures(t *testing.T) {
 					t.Errorf("%d requests: %s", n, k)
 				}
 			}
-			// Leases last 3 s: wait for them, bounded. Idle keep-alive
+			// Leases last 6 s: wait for them, bounded. Idle keep-alive
 			// connections are the client's, not a leak.
 			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {

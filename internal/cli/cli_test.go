@@ -178,3 +178,16 @@ func TestDebugAddrServesTheProfiler(t *testing.T) {
 		t.Errorf("/debug/pprof/cmdline: %s", resp.Status)
 	}
 }
+
+func TestChildDebugAddr(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:6060": "127.0.0.1:0",
+		"[::1]:6060":     "[::1]:0",
+		"localhost:1":    "localhost:0",
+		"bad":            "127.0.0.1:0",
+	} {
+		if got := childDebugAddr(addr); got != want {
+			t.Errorf("childDebugAddr(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

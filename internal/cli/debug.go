@@ -50,3 +50,13 @@ func startDebugServer(ctx context.Context, addr string, stderr io.Writer) error 
 	fmt.Fprintf(stderr, "omnipd: profiler on http://%s/debug/pprof/\n", ln.Addr())
 	return nil
 }
+
+// childDebugAddr is the profiler address of a worker started by a command
+// whose own profiler is on addr: the same host, a port the kernel picks.
+func childDebugAddr(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, "0")
+}

@@ -64,6 +64,7 @@ every stage is.`,
 			return serve(cmd.Context(), doc, serveOptions{access: access,
 				host: host, port: port, drain: drainTimeout, model: modelName, stageIdle: stageIdle,
 				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(), simulate: cmd.Flag("simulate").Value.String(),
+				debugAddr: cmd.Flag("debug-addr").Value.String(),
 			})
 		},
 	}
@@ -90,7 +91,11 @@ type serveOptions struct {
 	stageIdle      time.Duration // 0: no idle timeout
 	out, workerLog io.Writer
 	simulate       string
-	log            *slog.Logger
+	// debugAddr, when set, is the orchestrator's profiler address; every
+	// worker omnipd starts then serves its own profiler on the same host at
+	// a port of its own, which it logs.
+	debugAddr string
+	log       *slog.Logger
 }
 
 // serve starts what the topology needs and serves until ctx ends.
@@ -146,6 +151,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				}
 				if s.ModelStage == "thinker" && simulateArg != "" {
 					spec.Args = append(spec.Args, "--simulate", simulateArg)
+				}
+				if o.debugAddr != "" {
+					spec.Args = append(spec.Args, "--debug-addr", childDebugAddr(o.debugAddr))
 				}
 				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, spec.Name)
 				w, err := launch.Supervise(exe, spec, o.workerLog, progress)

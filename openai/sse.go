@@ -4,18 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 )
 
 // SSEWriter writes a stream of JSON events the way vLLM does: one
-// "data: <json>\n\n" per event, flushed at once, ended by "data: [DONE]\n\n".
+// "data: <json>\n\n" per event, ended by "data: [DONE]\n\n". WriteEvent
+// and WriteDone send at once; Queue and QueueDone let a writer that knows
+// more follows at once send several events in one write.
 // It is not safe for concurrent use; one goroutine owns a stream.
 type SSEWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte // one event's bytes, reused: a Write does not keep them
 }
 
 // NewSSEWriter sets the stream's headers on w. The status (200) goes out
@@ -40,16 +42,16 @@ func (s *SSEWriter) WriteEvent(v any) error {
 }
 
 // Queue writes v as one event without flushing it, for a writer that knows
-// more events follow at once: the next WriteEvent, WriteDone or Flush sends
-// them together, one write instead of several.
+// more events follow at once: the next WriteEvent, WriteDone or Flush (or
+// the end of the response) sends them together, one write instead of
+// several.
 func (s *SSEWriter) Queue(v any) error {
 	payload, err := eventJSON(v)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 0, len("data: ")+len(payload)+2)
-	buf = append(append(append(buf, "data: "...), payload...), '\n', '\n')
-	if _, err := s.w.Write(buf); err != nil {
+	s.buf = append(append(append(s.buf[:0], "data: "...), payload...), '\n', '\n')
+	if _, err := s.w.Write(s.buf); err != nil {
 		return fmt.Errorf("openai: writing SSE event: %w", err)
 	}
 	return nil
@@ -84,9 +86,26 @@ func eventJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// WriteDone writes the terminating "data: [DONE]" event.
+var doneEvent = []byte("data: [DONE]\n\n")
+
+// WriteDone writes the terminating "data: [DONE]" event and flushes it,
+// with anything queued before it.
 func (s *SSEWriter) WriteDone() error {
-	return s.write([]byte("data: [DONE]\n\n"))
+	return s.write(doneEvent)
+}
+
+// QueueDone writes the terminating "data: [DONE]" event without flushing,
+// for a handler that returns right after: net/http's end of the response
+// then sends it, with anything queued before it and the end of the body
+// (a chunked body's terminator), in one write where WriteDone and the end
+// of the response take two. A handler with more to do after its stream (waiting on another
+// call, releasing something slow) uses WriteDone instead, or its client
+// waits for [DONE] until the handler returns.
+func (s *SSEWriter) QueueDone() error {
+	if _, err := s.w.Write(doneEvent); err != nil {
+		return fmt.Errorf("openai: writing SSE event: %w", err)
+	}
+	return nil
 }
 
 // Flush sends the headers and anything written so far, e.g. to show the
@@ -130,12 +149,38 @@ const DefaultMaxEventSize = 4 << 20
 // Lines and payloads longer than the bound are errors, so a stream without
 // newlines cannot exhaust memory. Next blocks only as long as the underlying
 // reader does; bound it with the request's context.
+//
+// The reader keeps its own buffer rather than a bufio.Scanner's so that
+// Buffered can tell a relay what one read brought beyond the event it just
+// returned.
 type SSEReader struct {
-	sc   *bufio.Scanner
-	max  int
-	line int
-	err  error // sticky: once the stream failed or ended, Next repeats it
+	r       io.Reader
+	max     int // bound on an event's payload
+	maxLine int // a line, its end excluded, must be shorter than this
+
+	// buf[start:end] is read but not yet parsed; its first scanned bytes
+	// hold no line end, so the search for one resumes after them (a long
+	// line arriving in many reads is scanned once).
+	buf        []byte
+	start, end int
+	scanned    int
+	skipLF     bool  // the last line ended with CR: an LF next is part of that end
+	rerr       error // the underlying reader's error, io.EOF at its end; nothing is read after it
+
+	line int    // lines parsed, for error messages
+	data []byte // the payload of the event being parsed
+	have bool   // the event has a data line (its payload may still be empty)
+
+	// The result of an event Buffered parsed ahead, for the next Next.
+	ahead        bool
+	aheadPayload json.RawMessage
+	aheadErr     error
+
+	err error // sticky: once the stream failed or ended, Next repeats it
 }
+
+// sseReadSize is the reader's buffer, until a line too long for it needs more.
+const sseReadSize = 4096
 
 // NewSSEReader reads events from r. maxEventSize bounds each line and each
 // event's payload; <= 0 means DefaultMaxEventSize.
@@ -143,31 +188,78 @@ func NewSSEReader(r io.Reader, maxEventSize int) *SSEReader {
 	if maxEventSize <= 0 {
 		maxEventSize = DefaultMaxEventSize
 	}
-	sc := bufio.NewScanner(r)
 	// Room for the field name and line end around a maximal payload.
-	sc.Buffer(make([]byte, 0, min(4096, maxEventSize)), maxEventSize+len("data: \r\n"))
-	sc.Split(scanLines)
-	return &SSEReader{sc: sc, max: maxEventSize}
+	return &SSEReader{r: r, max: maxEventSize, maxLine: maxEventSize + len("data: \r\n")}
 }
 
 // Next returns the next event's payload, a JSON document owned by the
 // caller. After data: [DONE] it returns io.EOF; any other error means the
 // stream was malformed, truncated or failed to read.
 func (s *SSEReader) Next() (json.RawMessage, error) {
+	if s.ahead {
+		payload, err := s.aheadPayload, s.aheadErr
+		s.ahead, s.aheadPayload, s.aheadErr = false, nil, nil
+		return payload, err
+	}
 	if s.err != nil {
 		return nil, s.err
 	}
-	var data []byte
-	have := false
-	for s.sc.Scan() {
+	payload, _, err := s.parse(true)
+	return payload, err
+}
+
+// Buffered reports whether the next Next will return without reading from
+// the underlying reader: what was read already holds a whole event, blank
+// line included (or [DONE], or a line that fails the stream). An event
+// received only in part does not count, so a relay that sends at once when
+// Buffered is false, and otherwise queues the event to go out with the next,
+// never holds an event back waiting for one not yet received. After Next
+// has returned an error, Buffered is false.
+//
+// It parses ahead (never reading) and keeps the result for Next; like Next,
+// it is for the one goroutine that reads the stream.
+func (s *SSEReader) Buffered() bool {
+	if !s.ahead && s.err == nil {
+		s.aheadPayload, s.ahead, s.aheadErr = s.parse(false)
+	}
+	return s.ahead
+}
+
+// parse parses lines up to the end of the next event. Without block it
+// stops, returning false, where it would have to read: the event is not
+// whole yet, and what it parsed of it so far is kept for the next call.
+func (s *SSEReader) parse(block bool) (json.RawMessage, bool, error) {
+	for {
+		line, ok := s.cutLine()
+		if !ok {
+			if s.rerr == nil {
+				if s.end-s.start >= s.maxLine {
+					return nil, true, s.fail(fmt.Errorf("openai: SSE line %d exceeds %d bytes: %w", s.line+1, s.max, bufio.ErrTooLong))
+				}
+				if !block {
+					return nil, false, nil
+				}
+				s.fill()
+				continue
+			}
+			if s.start == s.end {
+				break
+			}
+			// The input ended (or failed) in the middle of a line: that
+			// is its last line.
+			line = s.buf[s.start:s.end]
+			s.start, s.scanned = s.end, 0
+		}
+		if len(line) >= s.maxLine {
+			return nil, true, s.fail(fmt.Errorf("openai: SSE line %d exceeds %d bytes: %w", s.line+1, s.max, bufio.ErrTooLong))
+		}
 		s.line++
-		line := s.sc.Bytes()
 		if s.line == 1 {
 			line = bytes.TrimPrefix(line, []byte("\uFEFF")) // the spec allows one BOM
 		}
 		if len(line) == 0 {
-			if have {
-				return s.dispatch(data)
+			if s.have {
+				return s.dispatch()
 			}
 			continue
 		}
@@ -179,67 +271,110 @@ func (s *SSEReader) Next() (json.RawMessage, error) {
 		switch string(name) {
 		case "data":
 			sep := 0
-			if have {
+			if s.have {
 				sep = 1
 			}
-			if len(data)+sep+len(value) > s.max {
-				return nil, s.fail(fmt.Errorf("openai: SSE event at line %d exceeds %d bytes", s.line, s.max))
+			if len(s.data)+sep+len(value) > s.max {
+				return nil, true, s.fail(fmt.Errorf("openai: SSE event at line %d exceeds %d bytes", s.line, s.max))
 			}
-			if have {
-				data = append(data, '\n')
+			if s.have {
+				s.data = append(s.data, '\n')
 			}
-			data = append(data, value...)
-			have = true
+			s.data = append(s.data, value...)
+			s.have = true
 		case "event", "id", "retry":
 			// Valid SSE, but vLLM does not use them and neither do we.
 		default:
-			return nil, s.fail(fmt.Errorf("openai: SSE line %d: unexpected field %.40q; not an event stream?", s.line, name))
+			return nil, true, s.fail(fmt.Errorf("openai: SSE line %d: unexpected field %.40q; not an event stream?", s.line, name))
 		}
 	}
-	if err := s.sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, s.fail(fmt.Errorf("openai: SSE line %d exceeds %d bytes: %w", s.line+1, s.max, err))
-		}
-		return nil, s.fail(fmt.Errorf("openai: reading SSE stream: %w", err))
+	if s.rerr != io.EOF {
+		return nil, true, s.fail(fmt.Errorf("openai: reading SSE stream: %w", s.rerr))
 	}
-	if have {
-		return s.dispatch(data)
+	if s.have {
+		return s.dispatch()
 	}
-	return nil, s.fail(fmt.Errorf("openai: SSE stream ended without data: [DONE]: %w", io.ErrUnexpectedEOF))
+	return nil, true, s.fail(fmt.Errorf("openai: SSE stream ended without data: [DONE]: %w", io.ErrUnexpectedEOF))
 }
 
-func (s *SSEReader) dispatch(data []byte) (json.RawMessage, error) {
+// cutLine takes the next whole line, without its end, off the buffer. A
+// line ends at LF, CRLF or a lone CR; a CR ends it at once, so an event
+// framed with CRs is not held until the next byte shows whether an LF
+// follows.
+func (s *SSEReader) cutLine() ([]byte, bool) {
+	if s.skipLF && s.start < s.end {
+		s.skipLF = false
+		if s.buf[s.start] == '\n' {
+			s.start++
+		}
+	}
+	rest := s.buf[s.start+s.scanned : s.end]
+	i := bytes.IndexByte(rest, '\n')
+	head := rest
+	if i >= 0 {
+		head = rest[:i]
+	}
+	if j := bytes.IndexByte(head, '\r'); j >= 0 {
+		i = j
+	}
+	if i < 0 {
+		s.scanned = s.end - s.start
+		return nil, false
+	}
+	i += s.scanned
+	line := s.buf[s.start : s.start+i]
+	s.skipLF = s.buf[s.start+i] == '\r'
+	s.start += i + 1
+	s.scanned = 0
+	return line, true
+}
+
+// fill reads once more into the buffer. Parse calls it only when the buffer
+// holds no whole line, so what it keeps is the start of one line: it moves
+// that to the front, and grows the buffer when the line fills half of it.
+func (s *SSEReader) fill() {
+	if s.start > 0 {
+		s.end = copy(s.buf, s.buf[s.start:s.end])
+		s.start = 0
+	}
+	switch {
+	case s.buf == nil:
+		s.buf = make([]byte, sseReadSize)
+	case s.end > len(s.buf)/2 && len(s.buf) <= s.maxLine:
+		// Doubling keeps a long line's reads large; past the bound there
+		// is room to read the byte that proves the line too long.
+		buf := make([]byte, min(2*len(s.buf), s.maxLine+1))
+		s.end = copy(buf, s.buf[:s.end])
+		s.buf = buf
+	}
+	// As bufio.Scanner, give up on a reader that keeps returning nothing.
+	for range 100 {
+		n, err := s.r.Read(s.buf[s.end:])
+		s.end += n
+		if err != nil {
+			s.rerr = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	s.rerr = io.ErrNoProgress
+}
+
+func (s *SSEReader) dispatch() (json.RawMessage, bool, error) {
+	data := s.data
+	s.data, s.have = nil, false
 	if string(data) == "[DONE]" {
-		return nil, s.fail(io.EOF)
+		return nil, true, s.fail(io.EOF)
 	}
 	if !json.Valid(data) {
-		return nil, s.fail(fmt.Errorf("openai: SSE event ending at line %d is not JSON: %.80q", s.line, data))
+		return nil, true, s.fail(fmt.Errorf("openai: SSE event ending at line %d is not JSON: %.80q", s.line, data))
 	}
-	return data, nil
+	return data, true, nil
 }
 
 func (s *SSEReader) fail(err error) error {
 	s.err = err
 	return err
-}
-
-// scanLines splits at LF, CRLF or a lone CR, the three line ends SSE allows.
-func scanLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	if i := bytes.IndexAny(data, "\r\n"); i >= 0 {
-		if data[i] == '\n' {
-			return i + 1, data[:i], nil
-		}
-		switch {
-		case i+1 < len(data) && data[i+1] == '\n':
-			return i + 2, data[:i], nil
-		case i+1 < len(data) || atEOF:
-			return i + 1, data[:i], nil
-		default:
-			return 0, nil, nil // a CR at the end: wait to see whether LF follows
-		}
-	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
 }

@@ -215,3 +215,228 @@ func TestSSEWriterQueue(t *testing.T) {
 		t.Errorf("body:\n got %q\nwant %q", got, want)
 	}
 }
+
+// QueueDone leaves [DONE] and what was queued before it for the end of the
+// response to send.
+func TestSSEWriterQueueDone(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := NewSSEWriter(rec)
+	if err := s.Queue(json.RawMessage(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.QueueDone(); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Flushed {
+		t.Error("QueueDone flushed")
+	}
+	if got, want := rec.Body.String(), "data: {\"a\":1}\n\ndata: [DONE]\n\n"; got != want {
+		t.Errorf("body:\n got %q\nwant %q", got, want)
+	}
+	if err := NewSSEWriter(failWriter{httptest.NewRecorder()}).QueueDone(); err == nil || !strings.Contains(err.Error(), "broken pipe") {
+		t.Errorf("err = %v, want the write failure", err)
+	}
+}
+
+// BenchmarkSSEReader reads an 18-chunk stream delivered in one read, as a
+// relay does: ns and allocs per event.
+func BenchmarkSSEReader(b *testing.B) {
+	var stream strings.Builder
+	const events = 18
+	for i := range events {
+		stream.WriteString(`data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"token ` + string(rune('a'+i)) + `"},"finish_reason":null}]}` + "\n\n")
+	}
+	stream.WriteString("data: [DONE]\n\n")
+	s := stream.String()
+	var sr strings.Reader
+	b.SetBytes(int64(len(s)))
+	b.ReportAllocs()
+	for b.Loop() {
+		sr.Reset(s)
+		r := NewSSEReader(&sr, 0)
+		for {
+			if _, err := r.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events), "ns/event")
+}
+
+// burstReader returns its burst in one Read, then fails every later Read:
+// a Next that reads after Buffered said it would not gets that error.
+type burstReader struct {
+	burst string
+	reads int
+}
+
+var errReadPastBurst = errors.New("read past the burst")
+
+func (r *burstReader) Read(p []byte) (int, error) {
+	r.reads++
+	if r.reads > 1 {
+		return 0, errReadPastBurst
+	}
+	return copy(p, r.burst), nil
+}
+
+func TestSSEReaderBuffered(t *testing.T) {
+	tests := []struct {
+		name  string
+		burst string // arrives in one read, after which Next would block
+		want  bool   // after the first event: is the next one here?
+		next  string // with want, what the next Next returns: a payload or an error
+	}{
+		{"two whole events", "data: 1\n\ndata: 2\n\n", true, "2"},
+		{"CRLF", "data: 1\r\n\r\ndata: 2\r\n\r\n", true, "2"},
+		{"lone CR", "data: 1\r\rdata: 2\r\r", true, "2"},
+		{"lone CR before a CRLF", "data: 1\r\rdata: 2\r\r\n", true, "2"},
+		{"multi-line event", "data: 1\n\ndata: [2,\ndata: 3]\n\n", true, "[2,\n3]"},
+		{"[DONE] is here", "data: 1\n\ndata: [DONE]\n\n", true, "EOF"},
+		{"a bad line is here", "data: 1\n\n<html>\n", true, "unexpected field"},
+		{"half an event", "data: 1\n\ndata: {\"a\"", false, ""},
+		{"an event without its blank line", "data: 1\n\ndata: 2\n", false, ""},
+		{"an event without the LF of its CRLF", "data: 1\r\n\r\ndata: 2\r\n", false, ""},
+		{"only the first event", "data: 1\n\n", false, ""},
+		{"an extra blank line", "data: 1\n\n\n", false, ""},
+		{"a comment is no event", "data: 1\n\n: ping\n\n", false, ""},
+		{"fields without data", "data: 1\n\nevent: x\nid: 2\n\n", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			br := &burstReader{burst: tt.burst}
+			r := NewSSEReader(br, 0)
+			if got, err := r.Next(); err != nil || string(got) != "1" {
+				t.Fatalf("first event %q, %v", got, err)
+			}
+			if got := r.Buffered(); got != tt.want {
+				t.Fatalf("Buffered = %v, want %v", got, tt.want)
+			}
+			if r.Buffered() != tt.want {
+				t.Fatal("a second Buffered answered differently")
+			}
+			if !tt.want {
+				// Whatever was parsed ahead of the half event is kept: the
+				// next read must not lose it or see it twice.
+				if _, err := r.Next(); !errors.Is(err, errReadPastBurst) {
+					t.Errorf("Next after Buffered = false: %v, want the read past the burst", err)
+				}
+				return
+			}
+			got, err := r.Next()
+			switch {
+			case err == nil && string(got) != tt.next:
+				t.Errorf("next event %q, want %q", got, tt.next)
+			case err != nil && !strings.Contains(err.Error(), tt.next):
+				t.Errorf("next = %v, want %q", err, tt.next)
+			}
+			if br.reads != 1 {
+				t.Errorf("Next read again after Buffered said the event was here")
+			}
+			if err != nil && r.Buffered() {
+				t.Error("Buffered after the end of the stream")
+			}
+		})
+	}
+}
+
+// The burst ends mid-event; what comes later completes it, and the part
+// already parsed (by Buffered, which must not read) is neither lost nor
+// repeated.
+func TestSSEReaderBufferedKeepsThePartParsed(t *testing.T) {
+	pr, pw := io.Pipe()
+	r := NewSSEReader(pr, 0)
+	go func() {
+		_, _ = io.WriteString(pw, "data: 1\n\ndata: [2,\ndata: 3")
+		_, _ = io.WriteString(pw, "]\n\ndata: [DONE]\n\n")
+		_ = pw.Close()
+	}()
+	if got, err := r.Next(); err != nil || string(got) != "1" {
+		t.Fatalf("first event %q, %v", got, err)
+	}
+	if r.Buffered() {
+		t.Fatal("Buffered with half an event")
+	}
+	if got, err := r.Next(); err != nil || string(got) != "[2,\n3]" {
+		t.Fatalf("second event %q, %v", got, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+}
+
+// chunkReader delivers s in reads whose sizes cuts gives, one byte where it
+// runs out; it counts its reads.
+type chunkReader struct {
+	s     string
+	cuts  []byte
+	reads int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	r.reads++
+	if len(r.s) == 0 {
+		return 0, io.EOF
+	}
+	n := 1
+	if len(r.cuts) > 0 {
+		n, r.cuts = max(int(r.cuts[0]), 1), r.cuts[1:]
+	}
+	n = min(n, len(r.s), len(p))
+	copy(p, r.s[:n])
+	r.s = r.s[n:]
+	return n, nil
+}
+
+type sseResult struct {
+	payloads []string
+	err      string
+}
+
+// FuzzSSEReader: however a stream arrives, the reader returns the same
+// events and the same end as when it arrives whole; asking Buffered between
+// events changes nothing; and Buffered is true exactly when the next Next
+// returns without reading.
+func FuzzSSEReader(f *testing.F) {
+	f.Add("data: {\"a\":1}\n\ndata: [DONE]\n\n", []byte{3, 200}, uint64(0xff))
+	f.Add("data: 1\r\n\r\n: c\r\ndata: 2\r\rdata: [DONE]\r\n", []byte{9, 1, 1, 7}, uint64(0x5))
+	f.Add("\uFEFFdata: [1,\ndata: 2]\n\nid: 1\n\n\n\ndata: \"x\"", []byte{2, 2, 30}, uint64(0xaaaa))
+	f.Add("data: \""+strings.Repeat("x", 70)+"\"\n\n", []byte{40, 40}, uint64(1))
+	f.Add("data: 1\n\nevent: e\nbogus\n\n", []byte{10}, uint64(3))
+	const max = 64
+	f.Fuzz(func(t *testing.T, stream string, cuts []byte, asks uint64) {
+		read := func(r *SSEReader, ask func(i int) bool, reads func() int) sseResult {
+			var res sseResult
+			for i := range 200 {
+				var buffered bool
+				asked := ask(i)
+				if asked {
+					buffered = r.Buffered()
+				}
+				before := reads()
+				p, err := r.Next()
+				if asked && buffered != (reads() == before) {
+					t.Fatalf("event %d: Buffered = %v, but Next read %d times", i, buffered, reads()-before)
+				}
+				if err != nil {
+					res.err = err.Error()
+					if r.Buffered() {
+						t.Fatal("Buffered after the end")
+					}
+					return res
+				}
+				res.payloads = append(res.payloads, string(p))
+			}
+			return res
+		}
+		whole := read(NewSSEReader(strings.NewReader(stream), max), func(int) bool { return false }, func() int { return 0 })
+		cr := &chunkReader{s: stream, cuts: cuts}
+		chunked := read(NewSSEReader(cr, max), func(i int) bool { return asks>>(i%64)&1 == 1 }, func() int { return cr.reads })
+		if !reflect.DeepEqual(whole, chunked) {
+			t.Errorf("whole %q\nchunked %q", whole, chunked)
+		}
+	})
+}

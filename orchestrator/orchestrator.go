@@ -234,6 +234,10 @@ func (r *Result) Streaming() bool { return r.Stream != nil || r.events != nil }
 // Next returns the next SSE event of a streaming result; io.EOF at the end.
 func (r *Result) Next() (json.RawMessage, error) {
 	if r.Stream != nil {
+		if r.Stream.Buffered() {
+			// Already here: there is no wait for the idle clock to bound.
+			return r.Stream.Next()
+		}
 		r.idle.arm()
 		ev, err := r.Stream.Next()
 		r.idle.disarm()
@@ -252,6 +256,20 @@ func (r *Result) Next() (json.RawMessage, error) {
 	default:
 		return nil, io.EOF
 	}
+}
+
+// Buffered reports whether a streaming result's next event is already
+// here, so Next will return without waiting on a stage: for a relayed
+// stream, an event that arrived in the same read as the last one (see
+// stageclient.Stream.Buffered); for an omni stream the orchestrator
+// assembles, an event waiting in its channel. Only Next's goroutine may ask.
+// A relay sends at once when it is false, and while it is true may hold an
+// event back to go out with the next.
+func (r *Result) Buffered() bool {
+	if r.Stream != nil {
+		return r.Stream.Buffered()
+	}
+	return len(r.events) > 0
 }
 
 // Close releases what the result holds (the upstream stream, the

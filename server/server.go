@@ -2,7 +2,8 @@
 // completions (streaming and not), /v1/models, /health and /metrics, with
 // request ids, API keys, limits, and OpenAI error bodies. It hands each
 // request to the orchestrator and relays the answer; SSE events are passed on
-// as they arrive, never buffered.
+// as they arrive, never held for later ones (events that arrive together
+// leave together, in one write).
 //
 // What a client may steer stops here: fields that only omnipd may set on a
 // stage leg (kv_transfer_params, omnipd_conditioning) are refused, and the
@@ -367,7 +368,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			}
 			return sse.WriteDone()
 		}
-		if err := sse.WriteEvent(ev); err != nil {
+		// Events that reached omnipd together leave together: while the
+		// next one is already here, this one waits in the response's buffer
+		// for it, and the last of them flushes them all in one write. No
+		// event waits for one that has not arrived.
+		write := sse.WriteEvent
+		if res.Buffered() {
+			write = sse.Queue
+		}
+		if err := write(ev); err != nil {
 			// The client went away mid-stream: the status is long sent, so
 			// there is nothing to answer; closing the result cancels the
 			// upstream legs.

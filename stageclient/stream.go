@@ -131,6 +131,17 @@ func (s *Stream) Next() (json.RawMessage, error) {
 	return payload, nil
 }
 
+// Buffered reports whether the next event has already arrived: Next will
+// return it (or the stream's end, or its error) without waiting on the
+// network, because it came in the same read as the last one. Only a whole
+// event counts, so a relay can hold each event back exactly while another
+// is buffered, and send what arrived together in one write. It is false
+// once the stream has ended or been closed. Like Next, it is for one
+// goroutine.
+func (s *Stream) Buffered() bool {
+	return s.err == nil && !s.closed.Load() && s.sse.Buffered()
+}
+
 func (s *Stream) classify(err error) error {
 	switch {
 	case s.closed.Load():

@@ -327,3 +327,55 @@ func TestStreamMalformed(t *testing.T) {
 		})
 	}
 }
+
+// Buffered is true for an event that arrived with the one Next returned,
+// false once the events that came together are used up, and false after
+// the end or Close.
+func TestStreamBuffered(t *testing.T) {
+	chunk := func(s string) string { return `{"choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` }
+	for _, closeEarly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close=%v", closeEarly), func(t *testing.T) {
+			release := make(chan struct{})
+			c := serve(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+				sseHeaders(w)
+				writeEvents(w, chunk("a"), chunk("b")) // one write
+				select {
+				case <-release:
+					writeEvents(w, "[DONE]")
+				case <-r.Context().Done():
+				}
+			})
+			s, err := c.Stream(testCtx(t), "/v1/chat/completions", "r", []byte(`{"stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if ev, err := s.Next(); err != nil || string(ev) != chunk("a") {
+				t.Fatalf("first event %s, %v", ev, err)
+			}
+			if !s.Buffered() {
+				t.Fatal("the event that arrived with the first is not Buffered")
+			}
+			if closeEarly {
+				s.Close()
+				if s.Buffered() {
+					t.Error("Buffered after Close")
+				}
+				return
+			}
+			if ev, err := s.Next(); err != nil || string(ev) != chunk("b") {
+				t.Fatalf("second event %s, %v", ev, err)
+			}
+			if s.Buffered() {
+				t.Fatal("Buffered while the stage has sent nothing more")
+			}
+			close(release)
+			if _, err := s.Next(); err != io.EOF {
+				t.Fatalf("end: %v", err)
+			}
+			if s.Buffered() {
+				t.Error("Buffered after the end")
+			}
+		})
+	}
+}

@@ -324,12 +324,13 @@ func (o *responder) writeChunk(text string, finish *string, usage *openai.Usage,
 
 func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any, tokens []int, conditioning any) error {
 	if o.sse != nil {
-		// The last chunk, the usage and [DONE] leave in one write.
+		// The last chunk, the usage and [DONE] leave in one write, with
+		// the end of the body: the handler returns right after.
 		o.writeChunk(text, &reason, nil, false)
 		if o.g.includeUsage {
 			o.writeChunk("", nil, &usage, false)
 		}
-		return o.sse.WriteDone()
+		return o.sse.QueueDone()
 	}
 	o.text.WriteString(text)
 	full := o.text.String()
@@ -372,10 +373,11 @@ func (o *responder) fail(err error) error {
 	if o.sse == nil {
 		return err
 	}
-	resp := openai.InternalError(err.Error())
-	_ = o.sse.WriteEvent(resp)
-	_ = o.sse.WriteDone()
 	o.s.log.Error("request failed mid-stream", "request_id", o.id, "err", err)
+	// The handler returns right after: the error event, [DONE] and the end
+	// of the body leave in one write.
+	_ = o.sse.Queue(openai.InternalError(err.Error()))
+	_ = o.sse.QueueDone()
 	return nil
 }
 

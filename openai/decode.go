@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // ErrTooLarge is wrapped by the RequestError for a body over the size limit,
@@ -326,3 +330,357 @@ func atLeast(param string, v *int, least int) *RequestError {
 }
 
 func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// JSON syntax. A body is checked once, by valid; after that the scanner
+// further down finds its way through it without checking anything again.
+
+// valid reports whether b is one JSON value, as json.Valid does, several
+// times faster: it is a plain recursive descent where encoding/json's scanner
+// makes a call per byte. It may be stricter than json.Valid (it gives up
+// nesting deeper than encoding/json's limit a little early), never looser;
+// callers fall back to json.Valid when it says no.
+func valid(b []byte) bool {
+	i, ok := validValue(b, skipSpace(b, 0), 0)
+	return ok && skipSpace(b, i) == len(b)
+}
+
+// maxValidDepth is a little under encoding/json's nesting limit of 10000.
+const maxValidDepth = 9990
+
+// validValue checks the value that starts at b[i] and returns the index just
+// past it. depth is the number of arrays and objects it is inside.
+func validValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '{':
+		if depth >= maxValidDepth {
+			return i, false
+		}
+		if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
+			return i + 1, true
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return i, false
+			}
+			var ok bool
+			i, ok = validString(b, i)
+			if i = skipSpace(b, i); !ok || i >= len(b) || b[i] != ':' {
+				return i, false
+			}
+			if i, ok = validValue(b, skipSpace(b, i+1), depth+1); !ok {
+				return i, false
+			}
+			if i = skipSpace(b, i); i < len(b) && b[i] == '}' {
+				return i + 1, true
+			}
+			if i >= len(b) || b[i] != ',' {
+				return i, false
+			}
+			i = skipSpace(b, i+1)
+		}
+	case '[':
+		if depth >= maxValidDepth {
+			return i, false
+		}
+		if i = skipSpace(b, i+1); i < len(b) && b[i] == ']' {
+			return i + 1, true
+		}
+		for {
+			var ok bool
+			if i, ok = validValue(b, i, depth+1); !ok {
+				return i, false
+			}
+			if i = skipSpace(b, i); i < len(b) && b[i] == ']' {
+				return i + 1, true
+			}
+			if i >= len(b) || b[i] != ',' {
+				return i, false
+			}
+			i = skipSpace(b, i+1)
+		}
+	case '"':
+		return validString(b, i)
+	case 't':
+		return i + 4, bytes.HasPrefix(b[i:], []byte("true"))
+	case 'f':
+		return i + 5, bytes.HasPrefix(b[i:], []byte("false"))
+	case 'n':
+		return i + 4, bytes.HasPrefix(b[i:], []byte("null"))
+	default:
+		return validNumber(b, i)
+	}
+}
+
+// validString checks the string that starts at b[i]: no control characters,
+// and only the escapes JSON has. Other bytes, valid UTF-8 or not, are
+// allowed, as encoding/json allows them.
+func validString(b []byte, i int) (int, bool) {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < ' ':
+			return i, false
+		case c == '\\':
+			if i++; i >= len(b) {
+				return i, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return i, false
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return i, false
+					}
+				}
+				i += 4
+			default:
+				return i, false
+			}
+		}
+	}
+	return i, false
+}
+
+// validNumber checks the number that starts at b[i]:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(b []byte, i int) (int, bool) {
+	digits := func(i int) (int, bool) {
+		start := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		return i, i > start
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return i, false
+	case b[i] == '0':
+		i++
+	case '1' <= b[i] && b[i] <= '9':
+		i, _ = digits(i)
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		var ok bool
+		if i, ok = digits(i + 1); !ok {
+			return i, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		return digits(i)
+	}
+	return i, true
+}
+
+// The scanner: functions that find their way through JSON already known to be
+// valid, so they check nothing. Each takes the index of a value's first byte.
+
+// members yields the key (quotes included) and value of each member of the
+// valid JSON object obj, in order.
+func members(obj []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(key, val []byte) bool) {
+		i := skipSpace(obj, 1)
+		if obj[i] == '}' {
+			return
+		}
+		for {
+			end := stringEnd(obj, i)
+			key := obj[i:end]
+			i = skipSpace(obj, skipSpace(obj, end)+1) // past the colon
+			end = valueEnd(obj, i)
+			if !yield(key, obj[i:end]) {
+				return
+			}
+			i = skipSpace(obj, end)
+			if obj[i] == '}' {
+				return
+			}
+			i = skipSpace(obj, i+1) // past the comma
+		}
+	}
+}
+
+// elements yields each element of the valid JSON array arr, in order.
+func elements(arr []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		i := skipSpace(arr, 1)
+		if arr[i] == ']' {
+			return
+		}
+		for {
+			end := valueEnd(arr, i)
+			if !yield(arr[i:end]) {
+				return
+			}
+			i = skipSpace(arr, end)
+			if arr[i] == ']' {
+				return
+			}
+			i = skipSpace(arr, i+1)
+		}
+	}
+}
+
+// valueEnd is the index just past the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	default: // a number, true, false or null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// stringEnd is the index just past the string that starts at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; ; {
+		q := j + bytes.IndexByte(b[j:], '"')
+		// The quote ends the string unless an odd number of backslashes
+		// escapes it.
+		n := 0
+		for k := q - 1; b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func trimSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
+
+// verbatim returns the text of the valid JSON string str when decoding it
+// changes nothing: no escapes, and valid UTF-8 (encoding/json turns invalid
+// bytes into U+FFFD).
+func verbatim(str []byte) ([]byte, bool) {
+	s := str[1 : len(str)-1]
+	return s, bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s)
+}
+
+// unquote decodes the valid JSON string str as encoding/json does: escapes
+// are replaced, and bytes that are not UTF-8 and unpaired surrogates become
+// U+FFFD.
+func unquote(str []byte) string {
+	s := str[1 : len(str)-1]
+	var b strings.Builder
+	b.Grow(len(s))
+	for {
+		run := s
+		if i := bytes.IndexByte(s, '\\'); i >= 0 {
+			run = s[:i]
+		}
+		s = s[len(run):]
+		if utf8.Valid(run) {
+			b.Write(run)
+		} else {
+			for len(run) > 0 {
+				r, n := utf8.DecodeRune(run) // utf8.RuneError for a bad byte
+				b.WriteRune(r)
+				run = run[n:]
+			}
+		}
+		if len(s) == 0 {
+			return b.String()
+		}
+		// s starts with an escape.
+		switch c := s[1]; c {
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r := hex4(s[2:6])
+			s = s[6:]
+			if utf16.IsSurrogate(r) {
+				next := rune(-1)
+				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+					next = hex4(s[2:6])
+				}
+				if r = utf16.DecodeRune(r, next); r != utf8.RuneError {
+					s = s[6:] // a valid pair
+				}
+			}
+			b.WriteRune(r)
+			continue
+		default: // '"', '\\' or '/'
+			b.WriteByte(c)
+		}
+		s = s[2:]
+	}
+}
+
+// hex4 is the value of four hex digits.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// isNumber reports whether the valid JSON value raw is a number.
+func isNumber(raw []byte) bool { return raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9' }

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -260,11 +261,18 @@ var (
 	_ json.Marshaler   = ChatCompletionRequest{}
 	_ json.Unmarshaler = (*CompletionRequest)(nil)
 	_ json.Marshaler   = CompletionRequest{}
+
+	_ validUnmarshaler = (*ChatCompletionRequest)(nil)
+	_ appender         = (*ChatCompletionRequest)(nil)
+	_ validUnmarshaler = (*CompletionRequest)(nil)
+	_ appender         = (*CompletionRequest)(nil)
 )
 
 // UnmarshalJSON decodes exactly-matched known keys and keeps the rest in
 // Extra. Errors are *RequestError naming the offending parameter.
-func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
+func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, r) }
+
+func (r *ChatCompletionRequest) unmarshalValid(b []byte) error {
 	*r = ChatCompletionRequest{}
 	extra, err := decodeObject(b, r)
 	if err != nil {
@@ -275,14 +283,17 @@ func (r *ChatCompletionRequest) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON writes the modelled fields, then Extra's keys in sorted order.
-func (r ChatCompletionRequest) MarshalJSON() ([]byte, error) {
-	type plain ChatCompletionRequest
-	return encodeObject((*plain)(&r), r.Extra)
+func (r ChatCompletionRequest) MarshalJSON() ([]byte, error) { return marshalAppender(&r) }
+
+func (r *ChatCompletionRequest) appendJSON(e *encoder) error {
+	return e.object(reflect.ValueOf(r).Elem(), r.Extra)
 }
 
 // UnmarshalJSON decodes exactly-matched known keys and keeps the rest in
 // Extra. Errors are *RequestError naming the offending parameter.
-func (r *CompletionRequest) UnmarshalJSON(b []byte) error {
+func (r *CompletionRequest) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, r) }
+
+func (r *CompletionRequest) unmarshalValid(b []byte) error {
 	*r = CompletionRequest{}
 	extra, err := decodeObject(b, r)
 	if err != nil {
@@ -293,55 +304,67 @@ func (r *CompletionRequest) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON writes the modelled fields, then Extra's keys in sorted order.
-func (r CompletionRequest) MarshalJSON() ([]byte, error) {
-	type plain CompletionRequest
-	return encodeObject((*plain)(&r), r.Extra)
+func (r CompletionRequest) MarshalJSON() ([]byte, error) { return marshalAppender(&r) }
+
+func (r *CompletionRequest) appendJSON(e *encoder) error {
+	return e.object(reflect.ValueOf(r).Elem(), r.Extra)
 }
 
-func (o *StreamOptions) UnmarshalJSON(b []byte) error {
+func (o *StreamOptions) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, o) }
+
+func (o *StreamOptions) unmarshalValid(b []byte) error {
 	*o = StreamOptions{}
 	extra, err := decodeObject(b, o)
 	o.Extra = extra
 	return err
 }
 
-func (o StreamOptions) MarshalJSON() ([]byte, error) {
-	type plain StreamOptions
-	return encodeObject((*plain)(&o), o.Extra)
+func (o StreamOptions) MarshalJSON() ([]byte, error) { return marshalAppender(&o) }
+
+func (o *StreamOptions) appendJSON(e *encoder) error {
+	return e.object(reflect.ValueOf(o).Elem(), o.Extra)
 }
 
-func (a *AudioOptions) UnmarshalJSON(b []byte) error {
+func (a *AudioOptions) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, a) }
+
+func (a *AudioOptions) unmarshalValid(b []byte) error {
 	*a = AudioOptions{}
 	extra, err := decodeObject(b, a)
 	a.Extra = extra
 	return err
 }
 
-func (a AudioOptions) MarshalJSON() ([]byte, error) {
-	type plain AudioOptions
-	return encodeObject((*plain)(&a), a.Extra)
+func (a AudioOptions) MarshalJSON() ([]byte, error) { return marshalAppender(&a) }
+
+func (a *AudioOptions) appendJSON(e *encoder) error {
+	return e.object(reflect.ValueOf(a).Elem(), a.Extra)
 }
 
-func (m *ChatMessage) UnmarshalJSON(b []byte) error {
+func (m *ChatMessage) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, m) }
+
+func (m *ChatMessage) unmarshalValid(b []byte) error {
 	*m = ChatMessage{}
 	extra, err := decodeObject(b, m)
 	m.Extra = extra
 	return err
 }
 
-func (m ChatMessage) MarshalJSON() ([]byte, error) {
-	type plain ChatMessage
-	return encodeObject((*plain)(&m), m.Extra)
+func (m ChatMessage) MarshalJSON() ([]byte, error) { return marshalAppender(&m) }
+
+func (m *ChatMessage) appendJSON(e *encoder) error {
+	return e.object(reflect.ValueOf(m).Elem(), m.Extra)
 }
 
-func (c *Content) UnmarshalJSON(b []byte) error {
+func (c *Content) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, c) }
+
+func (c *Content) unmarshalValid(b []byte) error {
 	*c = Content{}
 	switch kindOf(b) {
 	case "string":
-		return valueError(json.Unmarshal(b, &c.Text))
+		return decodeString(b, &c.Text)
 	case "array":
 		var parts []ContentPart
-		if err := decodeValue(b, reflect.ValueOf(&parts)); err != nil {
+		if err := decodeInto(b, &parts); err != nil {
 			return err
 		}
 		c.Parts = parts
@@ -351,70 +374,83 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 	}
 }
 
-func (c Content) MarshalJSON() ([]byte, error) {
+func (c Content) MarshalJSON() ([]byte, error) { return marshalAppender(&c) }
+
+func (c *Content) appendJSON(e *encoder) error {
 	if c.Parts != nil {
-		return marshalNoEscape(c.Parts)
+		return e.encode(&c.Parts)
 	}
-	return marshalNoEscape(c.Text)
+	return e.str(c.Text)
 }
 
-func (p *ContentPart) UnmarshalJSON(b []byte) error {
+func (p *ContentPart) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, p) }
+
+// unmarshalValid gathers type and text before it decodes either, because
+// only a text part claims the "text" key: any other part keeps it in Extra.
+func (p *ContentPart) unmarshalValid(b []byte) error {
 	*p = ContentPart{}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(b, &obj); err != nil {
-		return valueError(err)
-	}
-	if obj == nil {
+	if kindOf(b) == "null" {
 		return &RequestError{Message: "expected a content part object, got null"}
 	}
-	if raw, ok := obj["type"]; ok {
-		delete(obj, "type")
-		if err := json.Unmarshal(raw, &p.Type); err != nil {
-			return within("type", valueError(err))
+	var head struct {
+		Type rawValue `json:"type"`
+		Text rawValue `json:"text"`
+	}
+	extra, err := decodeObject(b, &head)
+	if err != nil {
+		return err
+	}
+	if head.Type != nil {
+		if err := decodeString(head.Type, &p.Type); err != nil {
+			return within("type", err)
 		}
 	}
-	if p.Type == PartText {
-		raw, ok := obj["text"]
-		if !ok {
-			return &RequestError{Param: "text", Message: `required for a part of type "text"`}
+	switch {
+	case p.Type == PartText && head.Text == nil:
+		return &RequestError{Param: "text", Message: `required for a part of type "text"`}
+	case p.Type == PartText && kindOf(head.Text) != "string":
+		return &RequestError{Param: "text", Message: "expected a string, got " + kindOf(head.Text)}
+	case p.Type == PartText:
+		if err := decodeString(head.Text, &p.Text); err != nil {
+			return within("text", err)
 		}
-		delete(obj, "text")
-		if kindOf(raw) != "string" {
-			return &RequestError{Param: "text", Message: "expected a string, got " + kindOf(raw)}
+	case head.Text != nil:
+		if extra == nil {
+			extra = map[string]json.RawMessage{}
 		}
-		if err := json.Unmarshal(raw, &p.Text); err != nil {
-			return within("text", valueError(err))
-		}
+		extra["text"] = bytes.Clone(head.Text)
 	}
-	if len(obj) > 0 {
-		p.Extra = obj
-	}
+	p.Extra = extra
 	return nil
 }
 
-func (p ContentPart) MarshalJSON() ([]byte, error) {
-	// The head struct's fields win over Extra's keys (see encodeObject), so
-	// only a text part claims "text"; any other part passes its "text" on.
+func (p ContentPart) MarshalJSON() ([]byte, error) { return marshalAppender(&p) }
+
+func (p *ContentPart) appendJSON(e *encoder) error {
+	// The head struct's fields win over Extra's keys (see encoder.object),
+	// so only a text part claims "text"; any other part passes its "text" on.
 	if p.Type == PartText {
 		head := struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		}{p.Type, p.Text}
-		return encodeObject(&head, p.Extra)
+		return e.object(reflect.ValueOf(&head).Elem(), p.Extra)
 	}
 	head := struct {
 		Type string `json:"type,omitzero"`
 	}{p.Type}
-	return encodeObject(&head, p.Extra)
+	return e.object(reflect.ValueOf(&head).Elem(), p.Extra)
 }
 
-func (p *Prompt) UnmarshalJSON(b []byte) error {
+func (p *Prompt) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, p) }
+
+func (p *Prompt) unmarshalValid(b []byte) error {
 	*p = Prompt{}
 	switch kindOf(b) {
 	case "string":
 		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return valueError(err)
+		if err := decodeString(b, &s); err != nil {
+			return err
 		}
 		*p = Prompt{Kind: PromptText, Texts: []string{s}}
 		return nil
@@ -422,26 +458,23 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	default:
 		return &RequestError{Message: "expected " + jsonKind(reflect.TypeFor[Prompt]()) + ", got " + kindOf(b)}
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(b, &elems); err != nil {
-		return valueError(err)
-	}
-	// The first element decides the shape; decodeValue then names any
+	// The first element decides the shape; decodeInto then names any
 	// element that does not fit it.
 	first := "string"
-	if len(elems) > 0 {
-		first = kindOf(elems[0])
+	for e := range elements(b) {
+		first = kindOf(e)
+		break
 	}
 	switch first {
 	case "string":
 		p.Kind = PromptTexts
-		return decodeValue(b, reflect.ValueOf(&p.Texts))
+		return decodeInto(b, &p.Texts)
 	case "array":
 		p.Kind = PromptTokenBatch
-		return decodeValue(b, reflect.ValueOf(&p.TokenIDs))
+		return decodeInto(b, &p.TokenIDs)
 	default:
 		var ids []int
-		if err := decodeValue(b, reflect.ValueOf(&ids)); err != nil {
+		if err := decodeInto(b, &ids); err != nil {
 			return err
 		}
 		*p = Prompt{Kind: PromptTokens, TokenIDs: [][]int{ids}}
@@ -449,28 +482,30 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 	}
 }
 
-func (p Prompt) MarshalJSON() ([]byte, error) {
+func (p Prompt) MarshalJSON() ([]byte, error) { return marshalAppender(&p) }
+
+func (p *Prompt) appendJSON(e *encoder) error {
 	switch p.Kind {
 	case PromptText:
 		if len(p.Texts) != 1 {
-			return nil, fmt.Errorf("openai: text prompt holds %d strings, want 1", len(p.Texts))
+			return fmt.Errorf("openai: text prompt holds %d strings, want 1", len(p.Texts))
 		}
-		return marshalNoEscape(p.Texts[0])
+		return e.str(p.Texts[0])
 	case PromptTexts:
-		return marshalNoEscape(orEmpty(p.Texts))
+		return e.encode(new(orEmpty(p.Texts)))
 	case PromptTokens:
 		if len(p.TokenIDs) != 1 {
-			return nil, fmt.Errorf("openai: token prompt holds %d lists, want 1", len(p.TokenIDs))
+			return fmt.Errorf("openai: token prompt holds %d lists, want 1", len(p.TokenIDs))
 		}
-		return marshalNoEscape(orEmpty(p.TokenIDs[0]))
+		return e.encode(new(orEmpty(p.TokenIDs[0])))
 	case PromptTokenBatch:
 		batch := make([][]int, len(p.TokenIDs))
 		for i, ids := range p.TokenIDs {
 			batch[i] = orEmpty(ids)
 		}
-		return marshalNoEscape(batch)
+		return e.encode(&batch)
 	default:
-		return nil, fmt.Errorf("openai: unknown prompt kind %d", p.Kind)
+		return fmt.Errorf("openai: unknown prompt kind %d", p.Kind)
 	}
 }
 
@@ -482,28 +517,32 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-func (s *Stop) UnmarshalJSON(b []byte) error {
+func (s *Stop) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, s) }
+
+func (s *Stop) unmarshalValid(b []byte) error {
 	*s = Stop{}
 	switch kindOf(b) {
 	case "string":
 		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return valueError(err)
+		if err := decodeString(b, &v); err != nil {
+			return err
 		}
 		*s = Stop{Strings: []string{v}, Single: true}
 		return nil
 	case "array":
-		return decodeValue(b, reflect.ValueOf(&s.Strings))
+		return decodeInto(b, &s.Strings)
 	default:
 		return &RequestError{Message: "expected a string or an array of strings, got " + kindOf(b)}
 	}
 }
 
-func (s Stop) MarshalJSON() ([]byte, error) {
+func (s Stop) MarshalJSON() ([]byte, error) { return marshalAppender(&s) }
+
+func (s *Stop) appendJSON(e *encoder) error {
 	if s.Single && len(s.Strings) == 1 {
-		return marshalNoEscape(s.Strings[0])
+		return e.str(s.Strings[0])
 	}
-	return marshalNoEscape(orEmpty(s.Strings))
+	return e.encode(new(orEmpty(s.Strings)))
 }
 
 // Clone returns a deep copy: the orchestrator edits one copy per stage

@@ -1,9 +1,11 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -649,4 +651,159 @@ func scribble(v reflect.Value) {
 	case reflect.Float64:
 		v.SetFloat(v.Float() + 1)
 	}
+}
+
+// The decoder walks the body with its own scanner; these are the corners of
+// JSON it must read as encoding/json does.
+func TestDecodeScannerCorners(t *testing.T) {
+	body := " \r\n\t{ \"mod\\u0065l\" : \"m1\" , \"model\":\"m2\", " + // escaped key; the last of a repeated key counts
+		`"max_tokens": "bad", "max_tokens" : 7 ,` + // only the last value is decoded
+		`"messages" : [ { "role" : "us\"er" , "content" : "a \"quoted\" ] } [ { \\" } ,` +
+		` { "role" : "assistant", "content" : [ { "type" : "text" , "text" : "x\ud83d\ude00\ud800y\u00e9\\\/" , "type" : "text" } ] } ] ,` +
+		` "we\"ird" : { "a" : [ "]}\\", { } , [ ] , -1.5e+3 , true , null ] } , "\u00ff" : 1 , "ÿ" : 2 , "e" : "<&>\u2028" } ` + "\n"
+	req := decodeChat(t, body)
+	if req.Model != "m2" || *req.MaxTokens != 7 {
+		t.Errorf("model %q, max_tokens %d; want the last of each repeated key", req.Model, *req.MaxTokens)
+	}
+	if got := req.Messages[0]; got.Role != `us"er` || got.Content.Text != `a "quoted" ] } [ { \` {
+		t.Errorf("message 0 = %q %q", got.Role, got.Content.Text)
+	}
+	if got := req.Messages[1].Content.Parts[0].Text; got != "x\U0001F600\uFFFDy\u00e9\\/" {
+		t.Errorf("text part = %q", got)
+	}
+	wantExtra := map[string]string{
+		`we"ird`: `{ "a" : [ "]}\\", { } , [ ] , -1.5e+3 , true , null ] }`, // verbatim, inner space kept
+		"ÿ":      `2`,
+		"e":      `"<&>\u2028"`,
+	}
+	if len(req.Extra) != len(wantExtra) {
+		t.Errorf("Extra = %q, want %q", req.Extra, wantExtra)
+	}
+	for k, v := range wantExtra {
+		if string(req.Extra[k]) != v {
+			t.Errorf("Extra[%q] = %s, want %s", k, req.Extra[k], v)
+		}
+	}
+}
+
+// unquote must decode every JSON string exactly as encoding/json does.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{
+		``, `plain`, `a\nb\tc\\d\/e\"f\bg\fh\ri`, `\u00e9\u00E9`, `\ud83d\ude00`, `\ud800`, `\ud800x`,
+		`\udc00\ud800`, `\ud800\u0041`, `\ud800\ud800\udc00`, "\xff\xfe", "é\x80", "\xed\xa0\x80", `\u0000`, "\u2028",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		str := []byte(`"` + s + `"`)
+		var want string
+		if json.Unmarshal(str, &want) != nil {
+			return // not a valid JSON string
+		}
+		if got := unquote(str); got != want {
+			t.Errorf("unquote(%q) = %q, want %q", str, got, want)
+		}
+		if inner, ok := verbatim(str); ok && string(inner) != want {
+			t.Errorf("verbatim(%q) = %q, want %q", str, inner, want)
+		}
+	})
+}
+
+// encoder.str must write every string exactly as encoding/json does without
+// HTML escaping.
+func FuzzEncodeString(f *testing.F) {
+	for _, s := range []string{``, `plain`, "<|im_start|>&", "a\"b\\c\n\x00\x1f\x7f", "é\u2028\u2029", "\xff\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := marshalNoEscape(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEncoder()
+		if err := e.str(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.buf.Bytes(); string(got) != string(want) {
+			t.Errorf("str(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
+
+// The request types encode their fields by walking them; what they write
+// must be what encoding/json writes for the same struct without methods.
+func TestEncodeMatchesEncodingJSON(t *testing.T) {
+	req := decodeChat(t, `{"model":"<m>\u2028é","messages":[{"role":"user","content":"a\nb"},{"role":"assistant","content":[{"type":"text","text":"t"}]},{"role":"tool"}],
+		"max_completion_tokens":5,"max_tokens":0,"temperature":1e-7,"top_p":0.1,"top_k":-1,"min_p":1e-7,"n":2,"seed":-9223372036854775808,
+		"stop":["x"],"stop_token_ids":[],"ignore_eos":false,"min_tokens":3,"repetition_penalty":1e21,"presence_penalty":-0.0,
+		"frequency_penalty":2,"include_stop_str_in_output":true,"skip_special_tokens":false,"stream":true,"stream_options":{},
+		"logprobs":true,"top_logprobs":0,"user":"","kv_transfer_params":{"z":1,"a":[1.5,"<",null,{"b":{}}]},
+		"modalities":["text"],"audio":{"format":"wav","voice":""},"speaker":"s"}`)
+	type plainChat ChatCompletionRequest
+	type plainMessage ChatMessage
+	type plainSampling SamplingParams
+	for _, tt := range []struct {
+		name  string
+		value json.Marshaler
+		plain any
+	}{
+		{"chat", req, (*plainChat)(req)},
+		{"message", req.Messages[0], (*plainMessage)(&req.Messages[0])},
+		{"message without content", req.Messages[2], (*plainMessage)(&req.Messages[2])},
+		{"empty message", ChatMessage{}, &plainMessage{}},
+		{"empty chat", ChatCompletionRequest{}, &plainChat{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.value.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := marshalNoEscape(tt.plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+	// Values encoding/json refuses are refused.
+	req.Temperature = new(math.NaN())
+	if _, err := req.MarshalJSON(); err == nil {
+		t.Error("a NaN temperature encoded without error")
+	}
+}
+
+// valid must agree with json.Valid; it may only give up early on nesting
+// close to encoding/json's limit, where the decoder asks json.Valid instead.
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{
+		``, ` `, `{}`, `[]`, `""`, `0`, `-0`, `01`, `-`, `1.`, `.5`, `1.5e`, `1e+5`, `1E-05`, `-0.0e0`, `+1`,
+		`true`, `tru`, `truex`, `nul`, `null `, ` [1 , 2 ]`, `[1,]`, `[,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`,
+		`{"a":1}{"b":2}`, `"\u00e9\ud800\"\\\/\b\f\n\r\t"`, `"\u00g0"`, `"\x"`, "\"\x01\"", "\"\xff\xfe\"", `"\u12"`,
+		`[[[[]]]]`, `{"a":{"b":[{"c":null}]}}`, "\t\r\n{}\n", `[1 2]`, `{"a":1 "b":2}`, `["a""b"]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, want := valid(b), json.Valid(b)
+		if got != want && (got || bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) < maxValidDepth) {
+			t.Errorf("valid(%q) = %v, json.Valid = %v", b, got, want)
+		}
+	})
+}
+
+// Nesting is refused where encoding/json refuses it, not earlier.
+func TestDecodeDeepNesting(t *testing.T) {
+	const limit = 10000 // encoding/json's
+	nested := func(depth int) string {
+		return strings.Repeat("[", depth) + strings.Repeat("]", depth)
+	}
+	deep := nested(limit - 1) // and the body's object makes limit
+	req := decodeChat(t, `{"messages":[{"role":"user"}],"x":`+deep+`}`)
+	if string(req.Extra["x"]) != deep {
+		t.Errorf("Extra[x] is not the %d-deep array it was sent as", limit-1)
+	}
+	_, err := DecodeChatRequest(strings.NewReader(`{"messages":[{"role":"user"}],"x":`+nested(limit)+`}`), 0)
+	checkRequestError(t, err, "", "exceeded max depth")
 }

@@ -63,8 +63,11 @@ func decodeBody(req *Request, params map[string]any) ([]byte, error) {
 	return marshal(c)
 }
 
-func marshal(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+// marshal encodes a leg's body. The request types encode themselves, so
+// calling their MarshalJSON directly spares encoding/json's second pass
+// over the output (and its HTML escaping of prompts).
+func marshal(v json.Marshaler) ([]byte, error) {
+	b, err := v.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode the stage request: %w", err)
 	}

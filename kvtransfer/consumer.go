@@ -337,20 +337,24 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 		return 0, fmt.Errorf("%w: num_tokens %d", ErrProtocol, dh.numTokens)
 	}
 
-	perBatch := max(1, batchBytes/bb)
-	for i, id := range dst {
-		if i%perBatch == 0 {
-			if err := conn.SetReadDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
-				return 0, err
+	// Straight into the cache's memory, no staging buffer, a batch of
+	// blocks per read deadline and per vectored read.
+	perBatch := min(max(1, batchBytes/bb), maxIOV)
+	batch := make([][]byte, 0, min(perBatch, len(dst)))
+	for first := 0; first < len(dst); first += perBatch {
+		batch = batch[:0]
+		for _, id := range dst[first:min(first+perBatch, len(dst))] {
+			b := c.store.Block(id)
+			if len(b) != bb {
+				return 0, fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
 			}
+			batch = append(batch, b)
 		}
-		b := c.store.Block(id)
-		if len(b) != bb {
-			return 0, fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
+			return 0, err
 		}
-		// Straight into the cache's memory: no staging buffer.
-		if _, err := io.ReadFull(conn, b); err != nil {
-			return 0, fmt.Errorf("block %d of %d: %w", i, len(dst), err)
+		if got, err := readBuffers(conn, batch); err != nil {
+			return 0, fmt.Errorf("block %d of %d: %w", first+got/bb, len(dst), err)
 		}
 	}
 

@@ -36,27 +36,14 @@ bin="$(mktemp -d)/omnipd"
 echo "== building omnipd"
 go build -o "$bin" ./cmd/omnipd
 
-serve_pid=""
-stop_serve() {
-  if [ -n "$serve_pid" ]; then
-    kill -TERM "$serve_pid" 2>/dev/null || true
-    wait "$serve_pid" 2>/dev/null || true
-    serve_pid=""
-  fi
-}
+# shellcheck source=scripts/lib/serve.sh
+. scripts/lib/serve.sh
 trap stop_serve EXIT
 
 for topo in "${TOPOLOGIES[@]}"; do
   echo "== $topo: omnipd serve --simulate $PROFILE"
   # shellcheck disable=SC2086 # the flags are words
-  "$bin" serve --config "docs/benchmarks/$topo.yaml" ${SERVE_FLAGS[$topo]:-} --simulate "$PROFILE" --port "$PORT" \
-    >"$OUT/$topo.serve.log" 2>&1 &
-  serve_pid=$!
-  for _ in $(seq 1 120); do
-    curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    sleep 0.5
-  done
-  curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null
+  start_serve "$OUT/$topo.serve.log" --config "docs/benchmarks/$topo.yaml" ${SERVE_FLAGS[$topo]:-} --simulate "$PROFILE"
   grep -E '^stage .* ready at ' "$OUT/$topo.serve.log"
   for w in "${WORKLOADS[@]}"; do
     read -r name words outlen rates slo <<<"$w"

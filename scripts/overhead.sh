@@ -7,10 +7,17 @@
 # decodes on the other: one client shows the latency the PD path adds,
 # CONCURRENCY clients the requests/s each path sustains. The two alternate
 # ROUNDS times in one run, so both see the same machine; the ratios are what
-# to read, not the absolutes.
+# to read, not the absolutes. Each handshake of the reference connector is
+# measured in turn: pull (NIXL-shaped: the decode leg follows the prefill's
+# answer and pulls the KV) and push (Mooncake-shaped: both legs at once, the
+# prefill pushes the KV when it has it).
+# Each round also counts the CPU time every process spends per request at
+# CONCURRENCY clients (from /proc, in clock ticks), so what each process of
+# the PD path costs can be read apart from how the machine shared it out.
 # Writes JSON and Markdown under $OUT; docs/benchmarks.md explains them.
 #
-#   scripts/overhead.sh                      # about 2 minutes
+#   scripts/overhead.sh                      # about 4 minutes
+#   HANDSHAKES=pull ROUNDS=1 scripts/overhead.sh
 #   CONCURRENCY=64 scripts/overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +26,9 @@ OUT="${OUT:-docs/benchmarks/overhead}"
 CONCURRENCY="${CONCURRENCY:-16}"
 PROMPTS="${PROMPTS:-2000}"
 ROUNDS="${ROUNDS:-2}"
+HANDSHAKES="${HANDSHAKES:-pull push}"
 PORT="${PORT:-18741}"
+CPU_PROMPTS="${CPU_PROMPTS:-4000}"
 
 mkdir -p "$OUT"
 tmp="$(mktemp -d)"
@@ -29,25 +38,62 @@ go build -o "$bin" ./cmd/omnipd
 
 # One secret for the deployment, so the bench may call the decode worker too.
 export OMNIPD_SECRET="overhead-$RANDOM$RANDOM"
-log="$OUT/serve.log"
-"$bin" serve --config docs/benchmarks/pd-1p1d.yaml --simulate zero --port "$PORT" >"$log" 2>&1 &
-serve_pid=$!
-trap 'kill -TERM $serve_pid 2>/dev/null || true; wait $serve_pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-  sleep 0.5
-done
-curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null
-decode_url="$(sed -n 's/.*thinker-decode-0 ready at \(http:[^ ]*\).*/\1/p' "$log" | head -1)"
-[ -n "$decode_url" ] || { echo "no decode worker address in $log" >&2; exit 1; }
+# shellcheck source=scripts/lib/serve.sh
+. scripts/lib/serve.sh
+trap stop_serve EXIT
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a running process
+hz="$(getconf CLK_TCK)"
+
+# cpu NAME BASE-URL KEY: closed loop at CONCURRENCY, CPU_PROMPTS requests;
+# appends a row of CPU µs per request for each process to $OUT/cpu-$hs.md.
+cpu() {
+  local pids=("$serve_pid" "$prefill_pid" "$decode_pid") before=() after=() p bench_ticks rps
+  for p in "${pids[@]}"; do before+=("$(ticks "$p")"); done
+  # The subshell reaps the bench, so its CPU time is the subshell's children's.
+  bench_ticks="$( ( "$bin" bench --base-url "$2" --api-key "$3" --concurrency "$CONCURRENCY" --num-prompts "$CPU_PROMPTS" \
+      --warmup 50 --input-len 32 --output-len 16 --seed 1 --quiet --output-json "$OUT/cpu-$hs-$1.json" >/dev/null
+    awk '{print $16 + $17}' "/proc/$BASHPID/stat" ) )"
+  for p in "${pids[@]}"; do after+=("$(ticks "$p")"); done
+  rps="$(sed -n 's/.*"request_throughput_rps": *\([0-9.]*\).*/\1/p' "$OUT/cpu-$hs-$1.json" | head -1)"
+  awk -v name="$1" -v n="$((CPU_PROMPTS + 50))" -v hz="$hz" -v rps="$rps" -v bench="$bench_ticks" \
+    -v s0="${before[0]}" -v s1="${after[0]}" -v p0="${before[1]}" -v p1="${after[1]}" -v d0="${before[2]}" -v d1="${after[2]}" '
+    function us(t) { return t * 1e6 / hz / n }
+    BEGIN { printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", name, rps, us(s1 - s0), us(p1 - p0), us(d1 - d0), us(bench),
+      us(s1 - s0 + p1 - p0 + d1 - d0 + bench) }' | tee -a "$OUT/cpu-$hs.md"
+}
 
 run() { # name base-url key
   "$bin" bench --base-url "$2" --api-key "$3" --sweep "1,$CONCURRENCY" --sweep-concurrency --num-prompts "$PROMPTS" \
     --warmup 50 --input-len 32 --output-len 16 --seed 1 --quiet --output-json "$OUT/$1.json" >"$OUT/$1.md"
 }
-for r in $(seq 1 "$ROUNDS"); do
-  echo "== round $r: direct to the decode worker ($decode_url), then omnipd PD, concurrency 1 and $CONCURRENCY"
-  run "direct-$r" "$decode_url" "$OMNIPD_SECRET"
-  run "pd-$r" "http://127.0.0.1:$PORT" ""
-  "$bin" bench compare "direct=$OUT/direct-$r.json" "PD=$OUT/pd-$r.json" | tee "$OUT/compare-$r.md"
+for hs in $HANDSHAKES; do
+  case "$hs" in
+    pull) config=docs/benchmarks/pd-1p1d.yaml ;;
+    push) config=docs/benchmarks/pd-1p1d-push.yaml ;;
+    *) echo "unknown handshake $hs (want pull or push)" >&2; exit 2 ;;
+  esac
+  log="$OUT/serve-$hs.log"
+  start_serve "$log" --config "$config" --simulate zero
+  decode_url="$(sed -n 's/.*thinker-decode-0 ready at \(http:[^ ]*\).*/\1/p' "$log" | head -1)"
+  [ -n "$decode_url" ] || { echo "no decode worker address in $log" >&2; exit 1; }
+  prefill_pid="" decode_pid=""
+  for p in $(pgrep -P "$serve_pid"); do
+    case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in
+      *thinker-prefill*) prefill_pid=$p ;;
+      *thinker-decode*) decode_pid=$p ;;
+    esac
+  done
+  [ -n "$prefill_pid" ] && [ -n "$decode_pid" ] || { echo "no worker processes under omnipd serve ($serve_pid)" >&2; exit 1; }
+  printf '| path | req/s | omnipd serve | prefill worker | decode worker | bench client | all |\n|---|---:|---:|---:|---:|---:|---:|\n' >"$OUT/cpu-$hs.md"
+  for r in $(seq 1 "$ROUNDS"); do
+    echo "== $hs, round $r: direct to the decode worker ($decode_url), then omnipd PD, concurrency 1 and $CONCURRENCY"
+    run "direct-$hs-$r" "$decode_url" "$OMNIPD_SECRET"
+    run "pd-$hs-$r" "http://127.0.0.1:$PORT" ""
+    "$bin" bench compare "direct=$OUT/direct-$hs-$r.json" "PD=$OUT/pd-$hs-$r.json" | tee "$OUT/compare-$hs-$r.md"
+    echo "== $hs, round $r: CPU µs per request at $CONCURRENCY clients ($OUT/cpu-$hs.md)"
+    cpu "direct-$r" "$decode_url" "$OMNIPD_SECRET"
+    cpu "PD-$r" "http://127.0.0.1:$PORT" ""
+  done
+  stop_serve
 done

@@ -1,0 +1,30 @@
+# Shared by the benchmark scripts: start `omnipd serve` in the background and
+# wait until it is ready, and stop it again. Source it; it expects $bin (the
+# omnipd binary) and $PORT.
+
+serve_pid=""
+
+# start_serve LOG ARGS...: runs `$bin serve ARGS... --port $PORT` with its
+# output in LOG, sets serve_pid, and returns once /health answers (or fails
+# after a minute).
+start_serve() {
+  local log=$1
+  shift
+  "$bin" serve "$@" --port "$PORT" >"$log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 1 120); do
+    curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null
+}
+
+# stop_serve stops the serve started last, if any, and waits for it (and so
+# for its workers) to exit.
+stop_serve() {
+  if [ -n "$serve_pid" ]; then
+    kill -TERM "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+    serve_pid=""
+  fi
+}

@@ -368,7 +368,7 @@ func (s *SSEReader) dispatch() (json.RawMessage, bool, error) {
 	if string(data) == "[DONE]" {
 		return nil, true, s.fail(io.EOF)
 	}
-	if !json.Valid(data) {
+	if !ValidJSON(data) {
 		return nil, true, s.fail(fmt.Errorf("openai: SSE event ending at line %d is not JSON: %.80q", s.line, data))
 	}
 	return data, true, nil

@@ -20,7 +20,6 @@ package stageclient
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -203,7 +202,7 @@ func (c *Client) Post(ctx context.Context, path, requestID string, body []byte) 
 	case err != nil:
 		return nil, classifyRead(ctx, what, err)
 	}
-	if !json.Valid(data) && !(resp.StatusCode == http.StatusNoContent && len(data) == 0) {
+	if !openai.ValidJSON(data) && !(resp.StatusCode == http.StatusNoContent && len(data) == 0) {
 		return nil, classified(what, ErrProtocol, fmt.Errorf("%d response body (Content-Type %q) is not JSON: %.80q",
 			resp.StatusCode, resp.Header.Get("Content-Type"), data))
 	}

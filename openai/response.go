@@ -1,8 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
+	"slices"
+	"strconv"
 )
 
 // Object names of the response types.
@@ -185,31 +189,337 @@ type CompletionChunkChoice struct {
 	FinishReason *string             `json:"finish_reason"`
 }
 
-// The response types write a nil Choices as [] rather than null: a final
-// usage chunk has no choices, and OpenAI clients expect an array there.
+// The response types write themselves into the request encoder's pooled
+// buffer (object.go), field by field in declaration order, instead of going
+// through encoding/json: a worker writes one chunk per token, and reflection
+// plus encoding/json's second pass over a MarshalJSON result cost more than
+// the bytes. The output is what marshalNoEscape wrote for these structs, byte
+// for byte: the same omitempty fields left out, nil pointers as null, no HTML
+// escaping. A nil Choices is written as [] rather than null: a final usage
+// chunk has no choices, and OpenAI clients expect an array there. Logprobs,
+// rare and full of floats, still go to encoding/json.
+
+// MarshalJSON calls appendJSON through a closure rather than marshalAppender's
+// interface, so that the copy of the value it is called on can stay on the
+// stack: one allocation fewer per streamed chunk.
 
 func (c ChatCompletion) MarshalJSON() ([]byte, error) {
-	type plain ChatCompletion
-	c.Choices = orEmpty(c.Choices)
-	return marshalNoEscape(plain(c))
+	return marshalResponse(func(e *encoder) error { return c.appendJSON(e) })
 }
 
 func (c Completion) MarshalJSON() ([]byte, error) {
-	type plain Completion
-	c.Choices = orEmpty(c.Choices)
-	return marshalNoEscape(plain(c))
+	return marshalResponse(func(e *encoder) error { return c.appendJSON(e) })
 }
 
 func (c ChatCompletionChunk) MarshalJSON() ([]byte, error) {
-	type plain ChatCompletionChunk
-	c.Choices = orEmpty(c.Choices)
-	return marshalNoEscape(plain(c))
+	return marshalResponse(func(e *encoder) error { return c.appendJSON(e) })
 }
 
 func (c CompletionChunk) MarshalJSON() ([]byte, error) {
-	type plain CompletionChunk
-	c.Choices = orEmpty(c.Choices)
-	return marshalNoEscape(plain(c))
+	return marshalResponse(func(e *encoder) error { return c.appendJSON(e) })
+}
+
+// marshalResponse is marshalAppender for a response type's appendJSON.
+func marshalResponse(appendJSON func(e *encoder) error) ([]byte, error) {
+	e := encoders.Get().(*encoder)
+	defer func() {
+		if e.buf.Cap() <= 1<<20 { // let the rare huge body's buffer go
+			e.buf.Reset()
+			encoders.Put(e)
+		}
+	}()
+	if err := appendJSON(e); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.buf.Bytes()), nil
+}
+
+func (c *ChatCompletion) appendJSON(e *encoder) error {
+	if err := e.responseHead(c.ID, c.Object, c.Created, c.Model); err != nil {
+		return err
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		e.buf.WriteString(`{"index":`)
+		e.int(ch.Index)
+		e.buf.WriteString(`,"message":{"role":`)
+		if err := e.str(ch.Message.Role); err != nil {
+			return err
+		}
+		e.buf.WriteString(`,"content":`)
+		if err := e.strPtr(ch.Message.Content); err != nil {
+			return err
+		}
+		if a := ch.Message.Audio; a != nil {
+			e.buf.WriteString(`,"audio":{"id":`)
+			if err := e.str(a.ID); err != nil {
+				return err
+			}
+			e.buf.WriteString(`,"data":`)
+			if err := e.str(a.Data); err != nil {
+				return err
+			}
+			e.buf.WriteString(`,"expires_at":`)
+			e.int64(a.ExpiresAt)
+			e.buf.WriteString(`,"transcript":`)
+			if err := e.str(a.Transcript); err != nil {
+				return err
+			}
+			e.buf.WriteByte('}')
+		}
+		e.buf.WriteString(`},"logprobs":`)
+		if err := appendLogprobs(e, ch.Logprobs); err != nil {
+			return err
+		}
+		e.buf.WriteString(`,"finish_reason":`)
+		if err := e.str(ch.FinishReason); err != nil {
+			return err
+		}
+		e.buf.WriteByte('}')
+	}
+	e.buf.WriteString(`],"usage":`)
+	e.usage(&c.Usage)
+	e.buf.WriteString(`,"kv_transfer_params":`)
+	if err := e.kvParams(c.KVTransferParams); err != nil {
+		return err
+	}
+	e.buf.WriteByte('}')
+	return nil
+}
+
+func (c *Completion) appendJSON(e *encoder) error {
+	if err := e.responseHead(c.ID, c.Object, c.Created, c.Model); err != nil {
+		return err
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		e.buf.WriteString(`{"index":`)
+		e.int(ch.Index)
+		e.buf.WriteString(`,"text":`)
+		if err := e.str(ch.Text); err != nil {
+			return err
+		}
+		e.buf.WriteString(`,"logprobs":`)
+		if err := appendLogprobs(e, ch.Logprobs); err != nil {
+			return err
+		}
+		e.buf.WriteString(`,"finish_reason":`)
+		if err := e.str(ch.FinishReason); err != nil {
+			return err
+		}
+		e.buf.WriteByte('}')
+	}
+	e.buf.WriteString(`],"usage":`)
+	e.usage(&c.Usage)
+	e.buf.WriteString(`,"kv_transfer_params":`)
+	if err := e.kvParams(c.KVTransferParams); err != nil {
+		return err
+	}
+	e.buf.WriteByte('}')
+	return nil
+}
+
+func (c *ChatCompletionChunk) appendJSON(e *encoder) error {
+	if err := e.responseHead(c.ID, c.Object, c.Created, c.Model); err != nil {
+		return err
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		e.buf.WriteString(`{"index":`)
+		e.int(ch.Index)
+		e.buf.WriteString(`,"delta":{`)
+		if ch.Delta.Role != "" {
+			e.buf.WriteString(`"role":`)
+			if err := e.str(ch.Delta.Role); err != nil {
+				return err
+			}
+		}
+		if ch.Delta.Content != nil {
+			if ch.Delta.Role != "" {
+				e.buf.WriteByte(',')
+			}
+			e.buf.WriteString(`"content":`)
+			if err := e.str(*ch.Delta.Content); err != nil {
+				return err
+			}
+		}
+		e.buf.WriteByte('}')
+		if ch.Logprobs != nil {
+			e.buf.WriteString(`,"logprobs":`)
+			if err := appendLogprobs(e, ch.Logprobs); err != nil {
+				return err
+			}
+		}
+		e.buf.WriteString(`,"finish_reason":`)
+		if err := e.strPtr(ch.FinishReason); err != nil {
+			return err
+		}
+		e.buf.WriteByte('}')
+	}
+	e.buf.WriteString(`],"usage":`)
+	e.usagePtr(c.Usage)
+	if c.Modality != "" {
+		e.buf.WriteString(`,"modality":`)
+		if err := e.str(c.Modality); err != nil {
+			return err
+		}
+	}
+	e.buf.WriteByte('}')
+	return nil
+}
+
+func (c *CompletionChunk) appendJSON(e *encoder) error {
+	if err := e.responseHead(c.ID, c.Object, c.Created, c.Model); err != nil {
+		return err
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		e.buf.WriteString(`{"index":`)
+		e.int(ch.Index)
+		e.buf.WriteString(`,"text":`)
+		if err := e.str(ch.Text); err != nil {
+			return err
+		}
+		if ch.Logprobs != nil {
+			e.buf.WriteString(`,"logprobs":`)
+			if err := appendLogprobs(e, ch.Logprobs); err != nil {
+				return err
+			}
+		}
+		e.buf.WriteString(`,"finish_reason":`)
+		if err := e.strPtr(ch.FinishReason); err != nil {
+			return err
+		}
+		e.buf.WriteByte('}')
+	}
+	e.buf.WriteString(`],"usage":`)
+	e.usagePtr(c.Usage)
+	e.buf.WriteByte('}')
+	return nil
+}
+
+// responseHead writes what every response type starts with, up to the
+// opening bracket of its choices.
+func (e *encoder) responseHead(id, object string, created int64, model string) error {
+	e.buf.WriteString(`{"id":`)
+	if err := e.str(id); err != nil {
+		return err
+	}
+	e.buf.WriteString(`,"object":`)
+	if err := e.str(object); err != nil {
+		return err
+	}
+	e.buf.WriteString(`,"created":`)
+	e.int64(created)
+	e.buf.WriteString(`,"model":`)
+	if err := e.str(model); err != nil {
+		return err
+	}
+	e.buf.WriteString(`,"choices":[`)
+	return nil
+}
+
+func (e *encoder) usage(u *Usage) {
+	e.buf.WriteString(`{"prompt_tokens":`)
+	e.int(u.PromptTokens)
+	e.buf.WriteString(`,"completion_tokens":`)
+	e.int(u.CompletionTokens)
+	e.buf.WriteString(`,"total_tokens":`)
+	e.int(u.TotalTokens)
+	if d := u.PromptTokensDetails; d != nil {
+		e.buf.WriteString(`,"prompt_tokens_details":{"cached_tokens":`)
+		e.int(d.CachedTokens)
+		e.buf.WriteByte('}')
+	}
+	e.buf.WriteByte('}')
+}
+
+func (e *encoder) usagePtr(u *Usage) {
+	if u == nil {
+		e.buf.WriteString("null")
+		return
+	}
+	e.usage(u)
+}
+
+func (e *encoder) strPtr(s *string) error {
+	if s == nil {
+		e.buf.WriteString("null")
+		return nil
+	}
+	return e.str(*s)
+}
+
+func (e *encoder) int(n int) { e.int64(int64(n)) }
+
+func (e *encoder) int64(n int64) {
+	e.buf.Write(strconv.AppendInt(e.buf.AvailableBuffer(), n, 10))
+}
+
+// appendLogprobs writes *ChatLogprobs or *CompletionLogprobs, null when nil.
+func appendLogprobs[T ChatLogprobs | CompletionLogprobs](e *encoder, p *T) error {
+	if p == nil {
+		e.buf.WriteString("null")
+		return nil
+	}
+	return e.value(p)
+}
+
+// kvParams writes kv_transfer_params. What a connector returns is a JSON
+// object whose values are mostly integers and lists of block ids, which
+// jsonValue would hand to encoding/json one by one.
+func (e *encoder) kvParams(v any) error {
+	switch v := v.(type) {
+	case int:
+		e.int(v)
+	case []int:
+		if v == nil {
+			e.buf.WriteString("null")
+			return nil
+		}
+		e.buf.WriteByte('[')
+		for i, n := range v {
+			if i > 0 {
+				e.buf.WriteByte(',')
+			}
+			e.int(n)
+		}
+		e.buf.WriteByte(']')
+	case map[string]any:
+		if v == nil {
+			e.buf.WriteString("null")
+			return nil
+		}
+		e.buf.WriteByte('{')
+		for i, k := range slices.Sorted(maps.Keys(v)) {
+			if i > 0 {
+				e.buf.WriteByte(',')
+			}
+			if err := e.str(k); err != nil {
+				return err
+			}
+			e.buf.WriteByte(':')
+			if err := e.kvParams(v[k]); err != nil {
+				return err
+			}
+		}
+		e.buf.WriteByte('}')
+	default:
+		return e.jsonValue(v)
+	}
+	return nil
 }
 
 // NewID is prefix followed by 32 hex digits from crypto/rand, e.g.

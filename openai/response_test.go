@@ -1,7 +1,9 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -206,5 +208,96 @@ func TestStreamError(t *testing.T) {
 	e := StreamError([]byte(`{"error":{"object":"error","message":"KV load failed","type":"InternalServerError","param":null,"code":500}}`))
 	if e == nil || e.Status != http.StatusInternalServerError || e.Detail.Message != "KV load failed" {
 		t.Errorf("StreamError = %+v", e)
+	}
+}
+
+// oldResponseJSON is how the response types were encoded before they wrote
+// themselves: encoding/json over a plain copy, without HTML escaping.
+func oldResponseJSON(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case ChatCompletion:
+		type plain ChatCompletion
+		v.Choices = orEmpty(v.Choices)
+		return marshalNoEscape(plain(v))
+	case Completion:
+		type plain Completion
+		v.Choices = orEmpty(v.Choices)
+		return marshalNoEscape(plain(v))
+	case ChatCompletionChunk:
+		type plain ChatCompletionChunk
+		v.Choices = orEmpty(v.Choices)
+		return marshalNoEscape(plain(v))
+	case CompletionChunk:
+		type plain CompletionChunk
+		v.Choices = orEmpty(v.Choices)
+		return marshalNoEscape(plain(v))
+	}
+	panic("not a response type")
+}
+
+func TestResponseJSONMatchesEncodingJSON(t *testing.T) {
+	odd := []string{"", "plain", "line\nbreak\r\ttab", `quote " backslash \`, "<|im_start|> & </b>", "sep\u2028par\u2029",
+		"héllo 世界 🙂", "bad \xff utf8 \xe2\x82", "ctl \x00\x01\x1f\x7f \b\f"}
+	var values []any
+	for _, s := range odd {
+		values = append(values,
+			ChatCompletionChunk{ID: s, Object: ObjectChatCompletionChunk, Created: -1, Model: s,
+				Choices: []ChatChunkChoice{{Index: 2, Delta: ChatDelta{Role: s, Content: &s}, FinishReason: &s}}, Modality: s},
+			ChatCompletionChunk{ID: "c", Object: s, Choices: []ChatChunkChoice{{Delta: ChatDelta{Role: s}}, {Delta: ChatDelta{Content: &s}}},
+				Usage: &Usage{PromptTokens: 1, PromptTokensDetails: &PromptTokensDetails{CachedTokens: 7}}},
+			CompletionChunk{ID: s, Object: ObjectTextCompletion, Created: 1 << 40, Model: s,
+				Choices: []CompletionChunkChoice{{Text: s, FinishReason: &s}, {Index: 1, Text: s}}},
+			ChatCompletion{ID: s, Object: ObjectChatCompletion, Model: s,
+				Choices: []ChatChoice{
+					{Message: ResponseMessage{Role: s, Content: &s}, FinishReason: s},
+					{Message: ResponseMessage{Role: "assistant", Audio: &MessageAudio{ID: s, Data: s, ExpiresAt: -5, Transcript: s}}},
+				},
+				KVTransferParams: map[string]any{s: s, "n": 5600, "ids": []int{1, -2}, "nested": map[string]any{s: []any{1.5, s, nil, true}}}},
+			Completion{ID: s, Object: ObjectTextCompletion, Model: s, Choices: []CompletionChoice{{Text: s, FinishReason: s}},
+				KVTransferParams: []any{s, 1e21, 1e-7, 0.1}},
+		)
+	}
+	lp := -0.25
+	values = append(values,
+		ChatCompletionChunk{},
+		CompletionChunk{Choices: []CompletionChunkChoice{}},
+		ChatCompletion{},
+		Completion{Usage: Usage{PromptTokensDetails: &PromptTokensDetails{}}},
+		ChatCompletionChunk{Choices: []ChatChunkChoice{{Delta: ChatDelta{Content: new("x")},
+			Logprobs: &ChatLogprobs{Content: []ChatTokenLogprob{{Token: "<x>", Logprob: -9999.0, Bytes: []int{60}, TopLogprobs: []TopLogprob{{Token: "y", Logprob: -1e-9}}}}}}}},
+		ChatCompletion{Choices: []ChatChoice{{Logprobs: &ChatLogprobs{}}}, KVTransferParams: map[string]any{}},
+		CompletionChunk{Choices: []CompletionChunkChoice{{Logprobs: &CompletionLogprobs{TextOffset: []int{0}, TokenLogprobs: []*float64{nil, &lp}, Tokens: []string{"a&b"}, TopLogprobs: []map[string]float64{nil, {"b": -0.5, "a": 0}}}}}},
+		Completion{Choices: []CompletionChoice{{Logprobs: &CompletionLogprobs{}}}, KVTransferParams: []int(nil)},
+		Completion{KVTransferParams: map[string]any(nil)},
+		ChatCompletion{KVTransferParams: map[string]any{"remote_block_ids": []int(nil), "x": []string{"<"}, "f": 3.0}},
+	)
+	for i, v := range values {
+		want, err := oldResponseJSON(v)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		got, err := v.(json.Marshaler).MarshalJSON()
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%d %T:\ngot  %s\nwant %s", i, v, got, want)
+		}
+		// What a worker writes for a whole response: json.Encoder's output,
+		// HTML escaped, from MarshalJSON's bytes by json.HTMLEscape alone.
+		var enc, esc bytes.Buffer
+		if err := json.NewEncoder(&enc).Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		json.HTMLEscape(&esc, got)
+		esc.WriteByte('\n')
+		if enc.String() != esc.String() {
+			t.Errorf("%d %T: HTML escaped\ngot  %s\nwant %s", i, v, esc.Bytes(), enc.Bytes())
+		}
+	}
+	// A float encoding/json cannot write fails as before.
+	bad := ChatCompletion{KVTransferParams: map[string]any{"x": math.Inf(-1)}}
+	if _, err := bad.MarshalJSON(); err == nil {
+		t.Error("-Inf in kv_transfer_params encoded")
 	}
 }

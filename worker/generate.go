@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -384,5 +385,23 @@ func (o *responder) fail(err error) error {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	switch v.(type) {
+	case openai.ChatCompletion, openai.Completion:
+		// Their MarshalJSON writes compact JSON already, U+2028 and U+2029
+		// escaped: json.Encoder would only scan it again to escape HTML,
+		// which the bytes rarely need. The body stays what json.Encoder
+		// wrote, escapes and final newline included.
+		b, err := v.(json.Marshaler).MarshalJSON()
+		if err != nil {
+			return
+		}
+		if bytes.ContainsAny(b, "<>&") {
+			var esc bytes.Buffer
+			json.HTMLEscape(&esc, b)
+			b = esc.Bytes()
+		}
+		_, _ = w.Write(append(b, '\n'))
+		return
+	}
 	_ = json.NewEncoder(w).Encode(v)
 }

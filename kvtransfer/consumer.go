@@ -149,7 +149,8 @@ func (c *Consumer) Pull(ctx context.Context, addr, remoteEngineID, key string, d
 
 // Receive (Mooncake-shaped) registers with the producer at addr for key and
 // waits, until ctx ends, for the producer to export it and push the blocks
-// into dst. It may be called before the prefill has run.
+// into dst. It may be called before the prefill has run. Like Pull, it
+// returns once its ack is sent.
 func (c *Consumer) Receive(ctx context.Context, addr, remoteEngineID, key string, dst []int) (numTokens int, err error) {
 	return c.fetch(ctx, opPush, addr, remoteEngineID, key, dst)
 }
@@ -366,17 +367,9 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 		c.log.Warn("kvtransfer: ack not sent; producer frees on lease expiry", "key", key, "err", err)
 		return int(dh.numTokens), nil
 	}
-	if op == opPull {
-		// The DONE is read by this connection's next pull, if it has one;
-		// closing the connection with it unread is harmless, as the
-		// producer has read the ack by the time it sends the DONE.
-		*reusable = true
-		return int(dh.numTokens), nil
-	}
-	if typ, _, err := readFrame(conn); err != nil || typ != frameDone {
-		c.log.Warn("kvtransfer: no done after ack; producer may free on lease expiry", "key", key, "err", err, "frame", typ)
-		return int(dh.numTokens), nil
-	}
+	// The producer's DONE is not waited for: a pooled connection's next pull
+	// reads it first, and closing a connection with it unread is harmless,
+	// as the producer has read the ack by the time it sends the DONE.
 	*reusable = true
 	return int(dh.numTokens), nil
 }

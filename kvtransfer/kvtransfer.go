@@ -28,10 +28,11 @@
 //	consumer → producer  ACK     (empty); the producer frees its blocks only now
 //	producer → consumer  DONE    (empty)
 //
-// A pull is complete for the consumer once its ACK is sent: the DONE costs a
-// round trip the decode need not wait for, so the consumer reads it at the
-// start of the connection's next pull (or never, if it closes the
-// connection; the producer has read the ACK by the time it sends the DONE).
+// A transfer is complete for the consumer once its ACK is sent: the DONE
+// costs a round trip the decode need not wait for, so the consumer reads it
+// at the start of a pooled connection's next pull (or never, if it closes
+// the connection; the producer has read the ACK by the time it sends the
+// DONE).
 //
 // For op "push" the ACCEPT comes at once and the DATA (or an ERROR) when the
 // key is exported; for op "release" the ACCEPT is the whole answer. For op

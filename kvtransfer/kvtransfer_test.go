@@ -98,6 +98,13 @@ func wantStats(t *testing.T, p *Producer, want ProducerStats) {
 	}
 }
 
+// waitStats waits, bounded, for the producer's stats to become want: a
+// transfer returns once its ack is sent, and the producer frees on reading it.
+func waitStats(t *testing.T, p *Producer, want ProducerStats) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("stats %+v", want), func() bool { return p.Stats() == want })
+}
+
 func TestPullRoundTrip(t *testing.T) {
 	checkGoroutines(t)
 	r := newRig(t, rigOpts{})
@@ -119,7 +126,7 @@ func TestPullRoundTrip(t *testing.T) {
 	checkPattern(t, r.cs, dst, 1)
 	// Pull returns once its ack is sent; the producer frees on reading it.
 	waitFor(t, "the producer to free the pulled blocks", func() bool { return r.ps.inUse() == 0 })
-	wantStats(t, r.p, ProducerStats{Completed: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 1})
 
 	_, err = r.c.Pull(ctx, r.addr, testEngine, "req-1", dst)
 	if !errors.Is(err, ErrUnknownTransfer) {
@@ -152,7 +159,7 @@ func TestPushDecodeArrivesFirst(t *testing.T) {
 		t.Errorf("numTokens = %d", res.n)
 	}
 	checkPattern(t, r.cs, dst, 2)
-	wantStats(t, r.p, ProducerStats{Completed: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 1})
 	r.cs.Free(dst)
 }
 
@@ -165,7 +172,7 @@ func TestPushPrefillExportsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPattern(t, r.cs, dst, 3)
-	wantStats(t, r.p, ProducerStats{Completed: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 1})
 	r.cs.Free(dst)
 }
 
@@ -214,7 +221,7 @@ func TestConcurrentTransfers(t *testing.T) {
 		checkPattern(t, r.cs, dsts[i], uint64(i))
 		r.cs.Free(dsts[i])
 	}
-	wantStats(t, r.p, ProducerStats{Completed: 2 * transfers})
+	waitStats(t, r.p, ProducerStats{Completed: 2 * transfers})
 	if u := r.ps.inUse(); u != 0 {
 		t.Errorf("producer holds %d blocks", u)
 	}
@@ -419,7 +426,7 @@ func TestCancelMidTransfer(t *testing.T) {
 					return err == nil
 				})
 				checkPattern(t, r.cs, dst, 9)
-				wantStats(t, r.p, ProducerStats{Completed: 1})
+				waitStats(t, r.p, ProducerStats{Completed: 1})
 			}
 			r.cs.Free(dst)
 		})
@@ -484,7 +491,7 @@ func TestBusyAndHandOver(t *testing.T) {
 		t.Fatalf("waiting push after hand-over: %v", err)
 	}
 	checkPattern(t, r.cs, dst, 10)
-	wantStats(t, r.p, ProducerStats{Completed: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 1})
 	r.cs.Free(dst)
 }
 

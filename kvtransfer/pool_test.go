@@ -62,7 +62,7 @@ func TestPooledConnectionReused(t *testing.T) {
 		t.Fatalf("idle connections %v, want the first one again %v", got, first)
 	}
 	waitFor(t, "the release's connection to close", func() bool { return r.p.producerConns() == 1 })
-	wantStats(t, r.p, ProducerStats{Completed: 2, Released: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 2, Released: 1})
 }
 
 func TestStalePooledConnectionRetried(t *testing.T) {
@@ -88,7 +88,7 @@ func TestStalePooledConnectionRetried(t *testing.T) {
 	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] == stale[0] {
 		t.Fatalf("idle connections %v, want one fresh connection, not %v", got, stale)
 	}
-	wantStats(t, r.p, ProducerStats{Completed: 2})
+	waitStats(t, r.p, ProducerStats{Completed: 2})
 }
 
 func TestPoolBounded(t *testing.T) {

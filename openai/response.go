@@ -280,14 +280,7 @@ func (c *ChatCompletion) appendJSON(e *encoder) error {
 		}
 		e.buf.WriteByte('}')
 	}
-	e.buf.WriteString(`],"usage":`)
-	e.usage(&c.Usage)
-	e.buf.WriteString(`,"kv_transfer_params":`)
-	if err := e.kvParams(c.KVTransferParams); err != nil {
-		return err
-	}
-	e.buf.WriteByte('}')
-	return nil
+	return e.answerTail(&c.Usage, c.KVTransferParams)
 }
 
 func (c *Completion) appendJSON(e *encoder) error {
@@ -315,14 +308,7 @@ func (c *Completion) appendJSON(e *encoder) error {
 		}
 		e.buf.WriteByte('}')
 	}
-	e.buf.WriteString(`],"usage":`)
-	e.usage(&c.Usage)
-	e.buf.WriteString(`,"kv_transfer_params":`)
-	if err := e.kvParams(c.KVTransferParams); err != nil {
-		return err
-	}
-	e.buf.WriteByte('}')
-	return nil
+	return e.answerTail(&c.Usage, c.KVTransferParams)
 }
 
 func (c *ChatCompletionChunk) appendJSON(e *encoder) error {
@@ -406,6 +392,18 @@ func (c *CompletionChunk) appendJSON(e *encoder) error {
 	}
 	e.buf.WriteString(`],"usage":`)
 	e.usagePtr(c.Usage)
+	e.buf.WriteByte('}')
+	return nil
+}
+
+// answerTail closes a whole answer's choices and writes what follows them.
+func (e *encoder) answerTail(u *Usage, kvTransferParams any) error {
+	e.buf.WriteString(`],"usage":`)
+	e.usage(u)
+	e.buf.WriteString(`,"kv_transfer_params":`)
+	if err := e.kvParams(kvTransferParams); err != nil {
+		return err
+	}
 	e.buf.WriteByte('}')
 	return nil
 }

@@ -669,27 +669,34 @@ func (e *encoder) jsonValue(v any) error {
 		}
 		e.buf.WriteByte(']')
 	case map[string]any:
-		if v == nil {
-			e.buf.WriteString("null")
-			return nil
-		}
-		e.buf.WriteByte('{')
-		for i, k := range slices.Sorted(maps.Keys(v)) {
-			if i > 0 {
-				e.buf.WriteByte(',')
-			}
-			if err := e.str(k); err != nil {
-				return err
-			}
-			e.buf.WriteByte(':')
-			if err := e.jsonValue(v[k]); err != nil {
-				return err
-			}
-		}
-		e.buf.WriteByte('}')
+		return e.sortedMap(v, e.jsonValue)
 	default:
 		return e.value(v)
 	}
+	return nil
+}
+
+// sortedMap writes m as an object with its keys sorted, as encoding/json
+// does, and each value with elem; a nil map is null.
+func (e *encoder) sortedMap(m map[string]any, elem func(any) error) error {
+	if m == nil {
+		e.buf.WriteString("null")
+		return nil
+	}
+	e.buf.WriteByte('{')
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			e.buf.WriteByte(',')
+		}
+		if err := e.str(k); err != nil {
+			return err
+		}
+		e.buf.WriteByte(':')
+		if err := elem(m[k]); err != nil {
+			return err
+		}
+	}
+	e.buf.WriteByte('}')
 	return nil
 }
 

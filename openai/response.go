@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"maps"
-	"slices"
 	"strconv"
 )
 
@@ -496,24 +494,7 @@ func (e *encoder) kvParams(v any) error {
 		}
 		e.buf.WriteByte(']')
 	case map[string]any:
-		if v == nil {
-			e.buf.WriteString("null")
-			return nil
-		}
-		e.buf.WriteByte('{')
-		for i, k := range slices.Sorted(maps.Keys(v)) {
-			if i > 0 {
-				e.buf.WriteByte(',')
-			}
-			if err := e.str(k); err != nil {
-				return err
-			}
-			e.buf.WriteByte(':')
-			if err := e.kvParams(v[k]); err != nil {
-				return err
-			}
-		}
-		e.buf.WriteByte('}')
+		return e.sortedMap(v, e.kvParams)
 	default:
 		return e.jsonValue(v)
 	}

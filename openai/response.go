@@ -238,11 +238,7 @@ func (c *ChatCompletion) appendJSON(e *encoder) error {
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if i > 0 {
-			e.buf.WriteByte(',')
-		}
-		e.buf.WriteString(`{"index":`)
-		e.int(ch.Index)
+		e.choiceStart(i, ch.Index)
 		e.buf.WriteString(`,"message":{"role":`)
 		if err := e.str(ch.Message.Role); err != nil {
 			return err
@@ -268,15 +264,10 @@ func (c *ChatCompletion) appendJSON(e *encoder) error {
 			}
 			e.buf.WriteByte('}')
 		}
-		e.buf.WriteString(`},"logprobs":`)
-		if err := appendLogprobs(e, ch.Logprobs); err != nil {
-			return err
-		}
-		e.buf.WriteString(`,"finish_reason":`)
-		if err := e.str(ch.FinishReason); err != nil {
-			return err
-		}
 		e.buf.WriteByte('}')
+		if err := choiceEnd(e, ch.Logprobs, false, &ch.FinishReason); err != nil {
+			return err
+		}
 	}
 	return e.answerTail(&c.Usage, c.KVTransferParams)
 }
@@ -287,24 +278,14 @@ func (c *Completion) appendJSON(e *encoder) error {
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if i > 0 {
-			e.buf.WriteByte(',')
-		}
-		e.buf.WriteString(`{"index":`)
-		e.int(ch.Index)
+		e.choiceStart(i, ch.Index)
 		e.buf.WriteString(`,"text":`)
 		if err := e.str(ch.Text); err != nil {
 			return err
 		}
-		e.buf.WriteString(`,"logprobs":`)
-		if err := appendLogprobs(e, ch.Logprobs); err != nil {
+		if err := choiceEnd(e, ch.Logprobs, false, &ch.FinishReason); err != nil {
 			return err
 		}
-		e.buf.WriteString(`,"finish_reason":`)
-		if err := e.str(ch.FinishReason); err != nil {
-			return err
-		}
-		e.buf.WriteByte('}')
 	}
 	return e.answerTail(&c.Usage, c.KVTransferParams)
 }
@@ -315,11 +296,7 @@ func (c *ChatCompletionChunk) appendJSON(e *encoder) error {
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if i > 0 {
-			e.buf.WriteByte(',')
-		}
-		e.buf.WriteString(`{"index":`)
-		e.int(ch.Index)
+		e.choiceStart(i, ch.Index)
 		e.buf.WriteString(`,"delta":{`)
 		if ch.Delta.Role != "" {
 			e.buf.WriteString(`"role":`)
@@ -337,17 +314,9 @@ func (c *ChatCompletionChunk) appendJSON(e *encoder) error {
 			}
 		}
 		e.buf.WriteByte('}')
-		if ch.Logprobs != nil {
-			e.buf.WriteString(`,"logprobs":`)
-			if err := appendLogprobs(e, ch.Logprobs); err != nil {
-				return err
-			}
-		}
-		e.buf.WriteString(`,"finish_reason":`)
-		if err := e.strPtr(ch.FinishReason); err != nil {
+		if err := choiceEnd(e, ch.Logprobs, true, ch.FinishReason); err != nil {
 			return err
 		}
-		e.buf.WriteByte('}')
 	}
 	e.buf.WriteString(`],"usage":`)
 	e.usagePtr(c.Usage)
@@ -367,29 +336,44 @@ func (c *CompletionChunk) appendJSON(e *encoder) error {
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if i > 0 {
-			e.buf.WriteByte(',')
-		}
-		e.buf.WriteString(`{"index":`)
-		e.int(ch.Index)
+		e.choiceStart(i, ch.Index)
 		e.buf.WriteString(`,"text":`)
 		if err := e.str(ch.Text); err != nil {
 			return err
 		}
-		if ch.Logprobs != nil {
-			e.buf.WriteString(`,"logprobs":`)
-			if err := appendLogprobs(e, ch.Logprobs); err != nil {
-				return err
-			}
-		}
-		e.buf.WriteString(`,"finish_reason":`)
-		if err := e.strPtr(ch.FinishReason); err != nil {
+		if err := choiceEnd(e, ch.Logprobs, true, ch.FinishReason); err != nil {
 			return err
 		}
-		e.buf.WriteByte('}')
 	}
 	e.buf.WriteString(`],"usage":`)
 	e.usagePtr(c.Usage)
+	e.buf.WriteByte('}')
+	return nil
+}
+
+// choiceStart opens the i-th choice of a choices array, up to its index.
+func (e *encoder) choiceStart(i, index int) {
+	if i > 0 {
+		e.buf.WriteByte(',')
+	}
+	e.buf.WriteString(`{"index":`)
+	e.int(index)
+}
+
+// choiceEnd writes what every choice ends with: its logprobs (which a chunk,
+// omitNil, leaves out when it has none), its finish_reason, and the closing
+// brace.
+func choiceEnd[T ChatLogprobs | CompletionLogprobs](e *encoder, logprobs *T, omitNil bool, finishReason *string) error {
+	if logprobs != nil || !omitNil {
+		e.buf.WriteString(`,"logprobs":`)
+		if err := appendLogprobs(e, logprobs); err != nil {
+			return err
+		}
+	}
+	e.buf.WriteString(`,"finish_reason":`)
+	if err := e.strPtr(finishReason); err != nil {
+		return err
+	}
 	e.buf.WriteByte('}')
 	return nil
 }

@@ -137,14 +137,20 @@ func decodeInto(raw []byte, ptr any) error {
 // holds its type's zero value.
 type decodeFunc func(raw []byte, v reflect.Value) error
 
-var decoderCache sync.Map // reflect.Type -> decodeFunc
+var decodeFuncs perType[decodeFunc]
 
-func decoderFor(t reflect.Type) decodeFunc {
-	if d, ok := decoderCache.Load(t); ok {
-		return d.(decodeFunc)
+func decoderFor(t reflect.Type) decodeFunc { return decodeFuncs.get(t, newDecoder) }
+
+// perType keeps what is built once per type (a decoder, an encoder) for
+// every call after the first.
+type perType[F any] struct{ m sync.Map } // reflect.Type -> F
+
+func (c *perType[F]) get(t reflect.Type, build func(reflect.Type) F) F {
+	if f, ok := c.m.Load(t); ok {
+		return f.(F)
 	}
-	d, _ := decoderCache.LoadOrStore(t, newDecoder(t))
-	return d.(decodeFunc)
+	f, _ := c.m.LoadOrStore(t, build(t))
+	return f.(F)
 }
 
 // newDecoder builds the decoder of type t. A JSON null leaves a value as it
@@ -358,12 +364,11 @@ func isEmptyValue(v reflect.Value) bool {
 	return false
 }
 
-var fieldsCache sync.Map // reflect.Type -> *structFields
+var structFieldsOf perType[*structFields]
 
-func fieldsOf(t reflect.Type) *structFields {
-	if f, ok := fieldsCache.Load(t); ok {
-		return f.(*structFields)
-	}
+func fieldsOf(t reflect.Type) *structFields { return structFieldsOf.get(t, newStructFields) }
+
+func newStructFields(t reflect.Type) *structFields {
 	fields := &structFields{byName: map[string]int{}}
 	var walk func(t reflect.Type, index []int)
 	walk = func(t reflect.Type, index []int) {
@@ -401,8 +406,7 @@ func fieldsOf(t reflect.Type) *structFields {
 		}
 	}
 	walk(t, nil)
-	f, _ := fieldsCache.LoadOrStore(t, fields)
-	return f.(*structFields)
+	return fields
 }
 
 // valueError turns an encoding/json error into a RequestError that says what
@@ -718,15 +722,9 @@ func (e *encoder) value(v any) error {
 // An encodeFunc writes v, which is addressable.
 type encodeFunc func(e *encoder, v reflect.Value) error
 
-var encoderCache sync.Map // reflect.Type -> encodeFunc
+var encodeFuncs perType[encodeFunc]
 
-func encoderFor(t reflect.Type) encodeFunc {
-	if f, ok := encoderCache.Load(t); ok {
-		return f.(encodeFunc)
-	}
-	f, _ := encoderCache.LoadOrStore(t, newEncodeFunc(t))
-	return f.(encodeFunc)
-}
+func encoderFor(t reflect.Type) encodeFunc { return encodeFuncs.get(t, newEncodeFunc) }
 
 func newEncodeFunc(t reflect.Type) encodeFunc {
 	switch {

@@ -63,12 +63,13 @@ func benchDecodeParams() map[string]any {
 	}
 }
 
-// BenchmarkMarshalChat builds the two leg bodies as orchestrator/legs.go does:
-// clone, edit, json.Marshal.
+// BenchmarkMarshalChat builds the two leg bodies the way orchestrator/legs.go
+// edits them (clone, edit), encoded with json.Marshal.
 func BenchmarkMarshalChat(b *testing.B) { benchChatLegs(b, json.Marshal) }
 
-// BenchmarkMarshalChatMethod calls MarshalJSON itself, which spares
-// encoding/json's validation and compaction of what MarshalJSON returns.
+// BenchmarkMarshalChatMethod calls MarshalJSON itself, as legs.go does, which
+// spares encoding/json's validation and compaction of what MarshalJSON
+// returns.
 func BenchmarkMarshalChatMethod(b *testing.B) {
 	benchChatLegs(b, func(v any) ([]byte, error) { return v.(json.Marshaler).MarshalJSON() })
 }

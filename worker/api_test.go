@@ -149,13 +149,7 @@ func TestSideChannelRequiresSecret(t *testing.T) {
 	for _, intruderSecret := range []string{"not-the-secret", ""} {
 		t.Run(fmt.Sprintf("secret %q", intruderSecret), func(t *testing.T) {
 			prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
-			eng, err := engine.New(testModel, testTokenizer, engine.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go eng.Run(ctx)
+			eng := runTestEngine(t, engine.Config{})
 			cfg, _ := ParseKVTransferConfig(kvConfig("kv_consumer", "decode-0", HandshakePull))
 			srv, err := New(Config{Engine: eng, KV: cfg, Secret: intruderSecret, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -16,14 +15,7 @@ import (
 // is a 400 context_length_exceeded naming the numbers, before the engine
 // runs; one that fits is served.
 func TestContextLengthExceeded(t *testing.T) {
-	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { eng.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	eng := runTestEngine(t, engine.Config{})
 	srv, err := New(Config{Engine: eng, MaxModelLen: 64, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

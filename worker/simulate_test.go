@@ -28,13 +28,7 @@ const simSecret = "s3cret"
 // newSimWorker is a worker whose engine runs in simulate mode.
 func newSimWorker(t testing.TB, kv string, p *simulate.Profile, clock engine.Clock) *testWorker {
 	t.Helper()
-	eng, err := engine.New(testModel, testTokenizer, engine.Config{Simulate: p, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { eng.Run(ctx); close(done) }()
+	eng := runTestEngine(t, engine.Config{Simulate: p, Clock: clock})
 	cfg, err := ParseKVTransferConfig(kv)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +38,7 @@ func newSimWorker(t testing.TB, kv string, p *simulate.Profile, clock engine.Clo
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() { hs.Close(); srv.Close(); cancel(); <-done })
+	t.Cleanup(func() { hs.Close(); srv.Close() })
 	return &testWorker{Server: srv, url: hs.URL, eng: eng}
 }
 

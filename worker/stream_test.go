@@ -2,7 +2,6 @@ package worker
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -53,13 +52,7 @@ func (c *recordingConn) Write(p []byte) (int, error) {
 // HTTP body — leaves the worker in one write: the write that carries
 // [DONE] is the response's last.
 func TestStreamEndsInOneWrite(t *testing.T) {
-	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { eng.Run(ctx); close(done) }()
+	eng := runTestEngine(t, engine.Config{})
 	srv, err := New(Config{Engine: eng, Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +61,7 @@ func TestStreamEndsInOneWrite(t *testing.T) {
 	l := &recordingListener{Listener: hs.Listener}
 	hs.Listener = l
 	hs.Start()
-	t.Cleanup(func() { hs.Close(); srv.Close(); cancel(); <-done })
+	t.Cleanup(func() { hs.Close(); srv.Close() })
 
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 		t.Run(path, func(t *testing.T) {

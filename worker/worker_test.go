@@ -46,15 +46,24 @@ type testWorker struct {
 	eng *engine.Engine
 }
 
-func newTestWorker(t *testing.T, kv string) *testWorker {
+// runTestEngine starts an engine of the test model that runs until the test
+// and its cleanups are done.
+func runTestEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
+	eng, err := engine.New(testModel, testTokenizer, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return eng
+}
+
+func newTestWorker(t *testing.T, kv string) *testWorker {
+	t.Helper()
+	eng := runTestEngine(t, engine.Config{})
 	cfg, err := ParseKVTransferConfig(kv)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +73,7 @@ func newTestWorker(t *testing.T, kv string) *testWorker {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() { hs.Close(); srv.Close(); cancel(); <-done })
+	t.Cleanup(func() { hs.Close(); srv.Close() })
 	return &testWorker{Server: srv, url: hs.URL, eng: eng}
 }
 

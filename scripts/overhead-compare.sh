@@ -48,7 +48,7 @@ for r in $(seq 1 "$ROUNDS"); do
   for i in 1 2; do
     bin="${bins[$((i - 1))]}"
     start_serve "$tmp/serve.log" --config docs/benchmarks/pd-1p1d.yaml --simulate zero
-    decode_url="$(sed -n 's/.*thinker-decode-0 ready at \(http:[^ ]*\).*/\1/p' "$tmp/serve.log" | head -1)"
+    decode_url="$(worker_url thinker-decode-0 "$tmp/serve.log")"
     read -r _ d1 <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 1)"
     read -r _ p1 <<<"$(measure "http://127.0.0.1:$PORT" "" 1)"
     read -r d16 _ <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 16)"

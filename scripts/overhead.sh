@@ -75,8 +75,7 @@ for hs in $HANDSHAKES; do
   esac
   log="$OUT/serve-$hs.log"
   start_serve "$log" --config "$config" --simulate zero
-  decode_url="$(sed -n 's/.*thinker-decode-0 ready at \(http:[^ ]*\).*/\1/p' "$log" | head -1)"
-  [ -n "$decode_url" ] || { echo "no decode worker address in $log" >&2; exit 1; }
+  decode_url="$(worker_url thinker-decode-0 "$log")"
   prefill_pid="" decode_pid=""
   for p in $(pgrep -P "$serve_pid"); do
     case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in

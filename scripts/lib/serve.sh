@@ -28,3 +28,12 @@ stop_serve() {
     serve_pid=""
   fi
 }
+
+# worker_url NAME LOG prints the base URL of the worker NAME (thinker-decode-0,
+# say) as serve logged it in LOG, and fails if it is not there.
+worker_url() {
+  local url
+  url="$(sed -n "s/.* $1 ready at \(http:[^ ]*\).*/\1/p" "$2" | head -1)"
+  [ -n "$url" ] || { echo "no address of worker $1 in $2" >&2; return 1; }
+  echo "$url"
+}

@@ -3,7 +3,6 @@ package deploy
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -325,10 +324,4 @@ func (p *problems) kvConfigOf(n *Node, path string) *KVConfig {
 func isNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil
-}
-
-func sortedCopy(xs []int) []int {
-	out := slices.Clone(xs)
-	slices.Sort(out)
-	return out
 }

@@ -170,6 +170,14 @@ func TestRelayCoalescesOnlyWhatArrivedTogether(t *testing.T) {
 			if _, err := sse.Next(); err != io.EOF {
 				t.Errorf("end of stream: %v, want [DONE]", err)
 			}
+			if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+				t.Errorf("after [DONE]: %q, %v; want the end of the body", rest, err)
+			}
+			// The rest of the stream, its [DONE] and the chunked body's end
+			// left in one more write.
+			if n := l.writes.Load(); n != 2 {
+				t.Errorf("the stream left omnipd in %d writes, want 2", n)
+			}
 		})
 	}
 }

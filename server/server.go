@@ -352,7 +352,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			var oe *orchestrator.Error
 			switch {
 			case isEOF(err):
-				return sse.WriteDone()
+				// The end of the upstream leg normally came in the read that
+				// brought its [DONE], so closing it costs nothing here; then
+				// the [DONE] leaves with the end of this body, in the write
+				// net/http makes when the handler returns. A client that
+				// stops reading at [DONE] then finds the body ended and can
+				// reuse the connection.
+				res.Close()
+				return sse.QueueDone()
 			case errors.As(err, &ue) && ue.Body != nil:
 				_ = sse.WriteEvent(ue.Body)
 			case errors.As(err, &oe):

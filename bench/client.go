@@ -193,6 +193,7 @@ func send(ctx context.Context, hc *http.Client, t Target, p Prompt, rec *Record,
 		for {
 			ev, err := sse.Next()
 			if errors.Is(err, io.EOF) {
+				drainAfterDone(resp.Body)
 				break
 			}
 			if err != nil {
@@ -208,6 +209,23 @@ func send(ctx context.Context, hc *http.Client, t Target, p Prompt, rec *Record,
 	if err := p2.finish(); err != nil {
 		rec.Error = err.Error()
 	}
+}
+
+// Bounds on reading a body past its [DONE]: a server ends the body right
+// after it, and one that goes on sending must not hold the next request up.
+const (
+	drainGrace = 100 * time.Millisecond
+	drainLimit = 64 << 10
+)
+
+// drainAfterDone reads what follows [DONE] up to the end of the body, as
+// the OpenAI SDKs do. Closing a body before its end makes net/http drop the
+// connection, and the next request would pay for a new one: a cost of the
+// client, not of the server under test.
+func drainAfterDone(body io.ReadCloser) {
+	t := time.AfterFunc(drainGrace, func() { body.Close() })
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainLimit))
 }
 
 // httpError words a non-200 answer: the OpenAI error body's message when

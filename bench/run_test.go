@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -323,5 +324,42 @@ func TestFirstModel(t *testing.T) {
 	}
 	if _, err := FirstModel(context.Background(), hc, srv.URL, "wrong"); err == nil || !strings.Contains(err.Error(), "invalid api key") {
 		t.Errorf("error %v", err)
+	}
+}
+
+// A server may send [DONE] before the end of its body. The client reads on
+// to that end, as the OpenAI SDKs do, so every request reuses the one
+// connection: closing the body at [DONE] would drop the connection (the
+// server sees its request cancelled) and make the next request dial anew,
+// a cost of the client that would count against the server.
+func TestRunReadsPastDoneAndReusesTheConnection(t *testing.T) {
+	var conns, dropped atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n")
+		io.WriteString(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		// The body's end follows a moment later, in a write of its own.
+		select {
+		case <-r.Context().Done():
+			dropped.Add(1)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{Target: Target{BaseURL: srv.URL}, Dataset: Random{InputLen: 3, OutputLen: 1}, Load: Load{Concurrency: 1, NumPrompts: 6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, res, 6)
+	if n, d := conns.Load(), dropped.Load(); n != 1 || d != 0 {
+		t.Errorf("6 requests in a row used %d connections and dropped %d at [DONE]; want 1 and 0", n, d)
 	}
 }

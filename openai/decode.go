@@ -348,6 +348,33 @@ func valid(b []byte) bool {
 // at the speed of valid for the values that are.
 func ValidJSON(b []byte) bool { return valid(b) || json.Valid(b) }
 
+// Member returns the value of the member key of doc, a JSON object, as it
+// is in doc; nil when the object has no such member. Where a key repeats,
+// the last one counts, as with encoding/json. Keys are matched exactly,
+// after decoding their escapes. It fails when doc is not JSON or not an
+// object. It reads one field of a large answer (a prefill's
+// kv_transfer_params, say) without decoding the rest.
+func Member(doc []byte, key string) (json.RawMessage, error) {
+	if !ValidJSON(doc) {
+		return nil, errors.New("not JSON")
+	}
+	i := skipSpace(doc, 0)
+	switch doc[i] {
+	case '{':
+	case 'n':
+		return nil, nil // null: an object with no members, to encoding/json
+	default:
+		return nil, fmt.Errorf("a JSON %s, not an object", kindOf(doc[i:]))
+	}
+	var found json.RawMessage
+	for k, v := range members(doc[i:]) {
+		if name, ok := verbatim(k); ok && string(name) == key || !ok && unquote(k) == key {
+			found = v
+		}
+	}
+	return found, nil
+}
+
 // maxValidDepth is a little under encoding/json's nesting limit of 10000.
 const maxValidDepth = 9990
 

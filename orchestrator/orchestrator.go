@@ -605,17 +605,17 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 		return nil, retry, err
 	}
 	in.ok()
-	var parsed struct {
-		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	// Only this member matters here; the rest of the answer (its choice,
+	// perhaps logprobs or prompt token ids) is not decoded.
+	raw, err := openai.Member(resp.Body, "kv_transfer_params")
+	if err != nil {
+		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not a JSON object", Cause: err}
 	}
-	if err := json.Unmarshal(resp.Body, &parsed); err != nil {
-		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not JSON", Cause: err}
-	}
-	if len(parsed.KVTransferParams) == 0 || string(parsed.KVTransferParams) == "null" {
+	if len(raw) == 0 || string(raw) == "null" {
 		return nil, false, nil
 	}
 	var v any
-	if err := json.Unmarshal(parsed.KVTransferParams, &v); err != nil {
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params are not JSON", Cause: err}
 	}
 	return v, false, nil

@@ -167,6 +167,26 @@ func TestMissingHandoffKey(t *testing.T) {
 	}
 }
 
+// A prefill answer that is JSON but not an object carries no handoff: a
+// 502 invalid_prefill_handoff, and no decode is sent.
+func TestPrefillAnswerNotAnObject(t *testing.T) {
+	for _, answer := range []string{`[]`, `"done"`, `42`} {
+		pre := &fakeStage{answer: func(w http.ResponseWriter, _ map[string]any) {
+			_, _ = io.WriteString(w, answer)
+		}}
+		dec := &fakeStage{answer: decodeAnswer}
+		o := newOrch(t, pre, dec, "NixlConnector")
+		_, err := o.Do(context.Background(), chatRequest(t, "r", `{"messages":[{"role":"user","content":"hi"}]}`))
+		oe, ok := err.(*Error)
+		if !ok || oe.Status != 502 || oe.Code != "invalid_prefill_handoff" {
+			t.Errorf("prefill answered %s: err = %v, want a 502 invalid_prefill_handoff", answer, err)
+		}
+		if b, _ := dec.last(); b != nil {
+			t.Errorf("prefill answered %s: a decode was sent without a handoff", answer)
+		}
+	}
+}
+
 // Mooncake's prefill answers null; the decode still gets everything it
 // needs from the orchestrator (the defect vllm-omni has).
 func TestMooncakeNullPrefillResponse(t *testing.T) {

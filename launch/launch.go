@@ -33,6 +33,11 @@ type Spec struct {
 	Secret string
 	// Args are further worker flags.
 	Args []string
+	// Procs, when positive, is the worker's GOMAXPROCS: its share of the
+	// host's CPUs when several processes serve from one host. Go sizes
+	// every process to the whole host by default, and processes that each
+	// schedule for every CPU contend for them. Zero leaves the default.
+	Procs int
 }
 
 // Worker is a running child worker.
@@ -69,6 +74,9 @@ func Start(exe string, spec Spec, log io.Writer) (*Worker, error) {
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "OMNIPD_SECRET="+spec.Secret)
+	if spec.Procs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(spec.Procs))
+	}
 	cmd.SysProcAttr = childAttrs()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", spec.Name, err)

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -138,5 +139,35 @@ func TestStopLeavesNoProcess(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if healthy(s.URL()) || s.Restarts() != 0 {
 		t.Errorf("a stopped worker came back (restarts %d)", s.Restarts())
+	}
+}
+
+// A worker given a share of the host runs with that GOMAXPROCS.
+func TestWorkerGetsItsShareOfTheHost(t *testing.T) {
+	s, err := Supervise(omnipdBin, Spec{Name: "w", Procs: 3}, os.Stderr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	pid := s.current.cmd.Process.Pid
+	s.mu.Unlock()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Skipf("cannot read the worker's environment here: %v", err)
+	}
+	var got []string
+	for kv := range strings.SplitSeq(string(env), "\x00") {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			got = append(got, kv)
+		}
+	}
+	if len(got) == 0 || got[len(got)-1] != "GOMAXPROCS=3" {
+		t.Errorf("worker environment has %v, want GOMAXPROCS=3 last", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,34 @@ type serveOptions struct {
 	log       *slog.Logger
 }
 
+// localWorkers counts the reference workers serve starts: the replicas
+// that name no endpoint of their own.
+func localWorkers(doc *deploy.Document) int {
+	n := 0
+	for _, s := range doc.Stages {
+		for _, r := range s.Replicas {
+			if r.Endpoint == "" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// workerProcs is each local worker's GOMAXPROCS: an equal share of the CPUs
+// serve itself may use (hostProcs), at least one. Zero, which leaves each
+// worker the runtime's default, when there are no local workers or the
+// environment sets GOMAXPROCS (which the workers then inherit as set).
+// Without a share, every worker's runtime schedules for the whole host, and
+// on a host with fewer CPUs than busy processes their idle threads spin on
+// CPUs another worker needs.
+func workerProcs(hostProcs, workers int, envSet bool) int {
+	if workers == 0 || envSet {
+		return 0
+	}
+	return max(1, hostProcs/workers)
+}
+
 // serve starts what the topology needs and serves until ctx ends.
 func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	simulateArg, err := simulateWorkerArg(o.simulate)
@@ -121,6 +150,10 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		}
 	}()
 	progress := func(line string) { fmt.Fprintln(o.out, line) }
+	procs := workerProcs(runtime.GOMAXPROCS(0), localWorkers(doc), os.Getenv("GOMAXPROCS") != "")
+	if procs > 0 {
+		fmt.Fprintf(o.out, "reference workers: %d on this host, GOMAXPROCS=%d each (set GOMAXPROCS to choose)\n", localWorkers(doc), procs)
+	}
 
 	pools := map[topology.Role]*orchestrator.Pool{}
 	omniPools := map[string]*orchestrator.Pool{}
@@ -134,7 +167,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			pool.Name += "-" + s.Role.String()
 		}
 		for i, r := range s.Replicas {
-			spec := launch.Spec{Name: fmt.Sprintf("%s-%d", pool.Name, i), Secret: secret}
+			spec := launch.Spec{Name: fmt.Sprintf("%s-%d", pool.Name, i), Secret: secret, Procs: procs}
 			url := r.Endpoint
 			if url == "" {
 				// omnipd starts this instance: a reference worker.

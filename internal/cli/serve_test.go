@@ -159,3 +159,22 @@ stages:
 		t.Errorf("worker flags %q, want %q (and not max_num_seqs)", got, want)
 	}
 }
+
+func TestWorkerProcsShareTheHost(t *testing.T) {
+	for _, tt := range []struct {
+		host, workers int
+		envSet        bool
+		want          int
+	}{
+		{host: 2, workers: 2, want: 1},
+		{host: 2, workers: 4, want: 1}, // never below one
+		{host: 64, workers: 4, want: 16},
+		{host: 8, workers: 3, want: 2},
+		{host: 8, workers: 0, want: 0},               // nothing started here
+		{host: 8, workers: 2, envSet: true, want: 0}, // the user chose
+	} {
+		if got := workerProcs(tt.host, tt.workers, tt.envSet); got != tt.want {
+			t.Errorf("workerProcs(%d, %d, %v) = %d, want %d", tt.host, tt.workers, tt.envSet, got, tt.want)
+		}
+	}
+}

@@ -38,6 +38,23 @@ func BenchmarkDecodeChat(b *testing.B) {
 	}
 }
 
+// benchDecodeLegBody is the chat request as a decode worker receives it
+// under PD: the client's body plus the reference connector's
+// kv_transfer_params.
+var benchDecodeLegBody = append(benchChatBody[:len(benchChatBody)-1:len(benchChatBody)-1],
+	`,"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"thinker-prefill","remote_host":"127.0.0.1",`+
+		`"remote_port":17100,"transfer_id":"xfer-chatcmpl-0123456789abcdef","remote_block_ids":[0,1,2,3,4,5,6,7,8,9,10,11]}}`...)
+
+func BenchmarkDecodeChatDecodeLeg(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchDecodeLegBody)))
+	for b.Loop() {
+		if _, err := DecodeChatRequest(bytes.NewReader(benchDecodeLegBody), 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkDecodeCompletion(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchCompletionBody)))

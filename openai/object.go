@@ -229,8 +229,79 @@ func newDecoder(t reflect.Type) decodeFunc {
 		if t.Elem().Kind() != reflect.Uint8 {
 			return sliceDecoder(t)
 		}
+	case reflect.Map, reflect.Interface:
+		if t == anyMapType || t == anyType {
+			return decodeGeneric
+		}
 	}
 	return decodeSlow
+}
+
+var (
+	anyType    = reflect.TypeFor[any]()
+	anyMapType = reflect.TypeFor[map[string]any]()
+)
+
+// decodeGeneric decodes into an empty map[string]any or any, such as a KV
+// connector's kv_transfer_params, as encoding/json would; anything else (a
+// map already holding keys, which encoding/json adds to; a value of the
+// wrong type, whose error encoding/json words) goes to decodeSlow.
+func decodeGeneric(raw []byte, v reflect.Value) error {
+	if !v.IsNil() || (v.Kind() == reflect.Map && raw[0] != '{' && raw[0] != 'n') {
+		return decodeSlow(raw, v)
+	}
+	if raw[0] == 'n' {
+		return nil // stays nil
+	}
+	x, ok := genericValue(raw)
+	if !ok {
+		return decodeSlow(raw, v)
+	}
+	v.Set(reflect.ValueOf(x))
+	return nil
+}
+
+// genericValue is the valid JSON value raw as encoding/json decodes it into
+// an any: map[string]any, []any, string, float64, bool or nil. ok is false
+// for a number no float64 holds, which encoding/json refuses.
+func genericValue(raw []byte) (x any, ok bool) {
+	switch raw[0] {
+	case '{':
+		m := map[string]any{}
+		for k, val := range members(raw) {
+			if x, ok = genericValue(val); !ok {
+				return nil, false
+			}
+			if name, plain := verbatim(k); plain {
+				m[string(name)] = x
+			} else {
+				m[unquote(k)] = x
+			}
+		}
+		return m, true
+	case '[':
+		a := []any{}
+		for e := range elements(raw) {
+			if x, ok = genericValue(e); !ok {
+				return nil, false
+			}
+			a = append(a, x)
+		}
+		return a, true
+	case '"':
+		if s, plain := verbatim(raw); plain {
+			return string(s), true
+		}
+		return unquote(raw), true
+	case 't':
+		return true, true
+	case 'f':
+		return false, true
+	case 'n':
+		return nil, true
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	return f, err == nil
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // SSEWriter writes a stream of JSON events the way vLLM does: one
@@ -339,7 +340,7 @@ func (s *SSEReader) fill() {
 	}
 	switch {
 	case s.buf == nil:
-		s.buf = make([]byte, sseReadSize)
+		s.buf = sseBufs.Get().(*[sseReadSize]byte)[:]
 	case s.end > len(s.buf)/2 && len(s.buf) <= s.maxLine:
 		// Doubling keeps a long line's reads large; past the bound there
 		// is room to read the byte that proves the line too long.
@@ -376,5 +377,15 @@ func (s *SSEReader) dispatch() (json.RawMessage, bool, error) {
 
 func (s *SSEReader) fail(err error) error {
 	s.err = err
+	// Nothing is parsed after this, and no payload points into the
+	// buffer, so another stream may have it.
+	if cap(s.buf) == sseReadSize {
+		sseBufs.Put((*[sseReadSize]byte)(s.buf[:sseReadSize]))
+	}
+	s.buf, s.start, s.end, s.scanned = nil, 0, 0, 0
 	return err
 }
+
+// sseBufs holds readers' buffers of the first size between streams: a
+// relay reads one stream per request.
+var sseBufs = sync.Pool{New: func() any { return new([sseReadSize]byte) }}

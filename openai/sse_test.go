@@ -440,3 +440,33 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+// A reader's buffer goes to the next stream once its own has ended; the
+// payloads it returned are the caller's and stay as they were.
+func TestSSEReaderPayloadsOutliveItsBuffer(t *testing.T) {
+	read := func(stream string) {
+		r := NewSSEReader(strings.NewReader(stream), 0)
+		for {
+			if _, err := r.Next(); err == io.EOF {
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first := NewSSEReader(strings.NewReader("data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n"), 0)
+	p1, _ := first.Next()
+	p2, _ := first.Next()
+	if _, err := first.Next(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+	for range 3 {
+		read("data: {\"xxxxxxxx\":\"yyyyyyyyyyyyyyyyyyyy\"}\n\ndata: [DONE]\n\n")
+	}
+	if string(p1) != `{"a":1}` || string(p2) != `{"b":2}` {
+		t.Errorf("payloads of an ended stream became %s and %s", p1, p2)
+	}
+	if _, err := first.Next(); err != io.EOF || first.Buffered() {
+		t.Errorf("an ended reader: Next %v, Buffered %v; want io.EOF, false", err, first.Buffered())
+	}
+}

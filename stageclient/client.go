@@ -28,7 +28,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/omnipd/omnipd/openai"
 )
@@ -55,8 +54,10 @@ type Config struct {
 	BaseURL string
 	// HTTP sends the requests. Nil means a client shared by every Client in
 	// the process, tuned for many concurrent requests to a few hosts and with
-	// no overall timeout (deadlines come from each call's context). A
-	// caller-supplied client is used as is, redirects and timeouts included.
+	// no overall timeout (deadlines come from each call's context); for a
+	// plain-HTTP instance it sends over leanTransport, which does each
+	// exchange on the calling goroutine. A caller-supplied client is used as
+	// is, redirects and timeouts included.
 	HTTP *http.Client
 	// Secret, when set, is sent as "Authorization: Bearer <Secret>" on every
 	// request: the deployment secret workers may require.
@@ -76,7 +77,8 @@ type Config struct {
 type Client struct {
 	base     string
 	http     *http.Client
-	auth     string // the Authorization header value, or ""
+	lean     *leanTransport // sends the requests instead of http when set
+	auth     string         // the Authorization header value, or ""
 	maxBody  int64
 	maxEvent int
 }
@@ -90,6 +92,9 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{base: base, http: cfg.HTTP, maxBody: cfg.MaxBodyBytes, maxEvent: cfg.MaxEventBytes}
 	if c.http == nil {
 		c.http = sharedHTTP
+		if probe, err := http.NewRequest(http.MethodGet, base, nil); err == nil && sharedHTTP.Transport.(*stageTransport).useLean(probe) {
+			c.lean = sharedLean
+		}
 	}
 	if c.maxBody <= 0 {
 		c.maxBody = DefaultMaxBodyBytes
@@ -136,34 +141,68 @@ func parseBaseURL(raw string) (string, error) {
 // BaseURL is the instance's root URL, without a trailing slash.
 func (c *Client) BaseURL() string { return c.base }
 
-// sharedHTTP is the default client. Sharing one Transport across Clients
+// sharedHTTP is the default client. Sharing one transport across Clients
 // lets connections to an instance be reused whichever Client holds it.
 var sharedHTTP = &http.Client{
-	Transport: newTransport(),
+	Transport: &stageTransport{lean: sharedLean, std: newTransport()},
 	// A stage instance has no reason to redirect; following one would turn
 	// a POST into a GET. The 3xx becomes an *UpstreamError instead.
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
+// sharedLean carries the default client's plain-HTTP traffic. Clients for
+// such instances call it directly rather than through sharedHTTP: with
+// redirects off and no timeout, http.Client would add only its own cost.
+var sharedLean = newLeanTransport()
+
+// stageTransport sends plain-HTTP requests over leanTransport and the rest
+// — https, requests an HTTP_PROXY setting applies to, upgrades — over
+// net/http's Transport.
+type stageTransport struct {
+	lean *leanTransport
+	std  *http.Transport
+}
+
+var _ http.RoundTripper = (*stageTransport)(nil)
+
+func (t *stageTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.useLean(req) && req.TransferEncoding == nil && req.Trailer == nil && req.Header.Get("Upgrade") == "" {
+		return t.lean.RoundTrip(req)
+	}
+	return t.std.RoundTrip(req)
+}
+
+// useLean reports whether req's URL is one leanTransport serves: plain
+// HTTP, not sent through a proxy.
+func (t *stageTransport) useLean(req *http.Request) bool {
+	if req.URL == nil || req.URL.Scheme != "http" {
+		return false
+	}
+	if t.std.Proxy != nil {
+		if proxy, err := t.std.Proxy(req); err != nil || proxy != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// CloseIdleConnections closes both transports' idle connections.
+func (t *stageTransport) CloseIdleConnections() {
+	t.lean.CloseIdleConnections()
+	t.std.CloseIdleConnections()
+}
+
+// newTransport is net/http's transport for stage instances, tuned as
+// leanTransport is.
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	// The orchestrator keeps hundreds of requests in flight to each of a
-	// handful of instances. With Go's default of 2 idle connections per
-	// host, nearly every request would dial anew and leave a TIME_WAIT
-	// socket behind, which at high request rates exhausts ephemeral ports.
-	t.MaxIdleConnsPerHost = 256
-	t.MaxIdleConns = 4096
-	// vLLM's API server (uvicorn) drops a connection idle for 5 s
-	// (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). Reusing one just as it is dropped
-	// fails the POST — which net/http cannot replay — with ErrConnect, so
-	// give idle connections up first.
-	t.IdleConnTimeout = 4 * time.Second
-	// Stage instances sit in the same cluster: a connect that takes seconds
-	// means the instance is gone, and the sooner that is ErrConnect the
-	// sooner another replica takes over.
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	t.MaxIdleConns = maxIdleConns
+	t.IdleConnTimeout = idleConnTimeout
+	t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive}).DialContext
 	// Transparent gzip would let an intermediary buffer SSE events until a
 	// compression block fills; stage traffic is on a fast network anyway.
+	// (leanTransport never asks for compression.)
 	t.DisableCompression = true
 	return t
 }
@@ -187,7 +226,7 @@ func (c *Client) Post(ctx context.Context, path, requestID string, body []byte) 
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req, body)
 	if err != nil {
 		return nil, classifyDo(ctx, what, err)
 	}
@@ -232,7 +271,7 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 		what += " (request " + requestID + ")"
 	}
 	var rd io.Reader
-	if body != nil {
+	if body != nil && c.lean == nil {
 		// A *bytes.Reader lets the transport replay the body if the request
 		// was never written on a reused connection that turned out dead.
 		rd = bytes.NewReader(body)
@@ -240,6 +279,11 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	if body != nil && c.lean != nil {
+		// leanTransport takes the body as a slice, from do; the request
+		// only says how long it is.
+		req.ContentLength = int64(len(body))
 	}
 	if requestID != "" {
 		req.Header.Set("X-Request-Id", requestID)
@@ -251,6 +295,16 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 		req.Header.Set("Authorization", c.auth)
 	}
 	return req, what, nil
+}
+
+// do sends req, whose body is body. leanTransport takes the body as a
+// slice, which it writes from directly (a request built for it has
+// ContentLength set and no Body); net/http reads req.Body.
+func (c *Client) do(req *http.Request, body []byte) (*http.Response, error) {
+	if c.lean != nil {
+		return c.lean.roundTrip(req, body)
+	}
+	return c.http.Do(req)
 }
 
 // validHeaderValue rejects control characters, which would either make

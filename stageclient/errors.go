@@ -136,10 +136,13 @@ func classifyDo(ctx context.Context, what string, err error) error {
 	if isNetTimeout(err) {
 		return classified(what, ErrTimeout, err)
 	}
-	if strings.Contains(err.Error(), "malformed HTTP ") {
+	var perr *protocolError
+	if errors.As(err, &perr) || strings.Contains(err.Error(), "malformed HTTP ") {
 		// Bytes came back, but not HTTP: something else listens on the
-		// port. net/http has no error type for this, only the message;
-		// TestPostMalformed pins it.
+		// port. net/http has no error type for this, only the message
+		// (http.ReadResponse's, which leanTransport passes on too);
+		// TestPostMalformed pins it. leanTransport's own refusals (a 101,
+		// an oversized header) are *protocolError.
 		return classified(what, ErrProtocol, err)
 	}
 	return classified(what, ErrConnect, err)

@@ -73,7 +73,7 @@ func (c *Client) get(ctx context.Context, path, accept string) (*http.Response, 
 		// otherwise negotiate OpenMetrics or protobuf.
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req, nil)
 	if err != nil {
 		return nil, "", classifyDo(ctx, what, err)
 	}

@@ -39,7 +39,7 @@ func (c *Client) Stream(ctx context.Context, path, requestID string, body []byte
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req, body)
 	if err != nil {
 		cancel()
 		return nil, classifyDo(ctx, what, err)

@@ -65,6 +65,31 @@ func New(shape Shape, numBlocks int) (*Cache, error) {
 	return c, nil
 }
 
+// MoveTo moves the cache's memory to data, which must hold at least
+// NumBlocks blocks (memory another process can map, say), or to fresh memory
+// of its own when data is nil. It is allowed only while no block is
+// allocated: then no block holds anything worth keeping and nobody holds a
+// view of one, so nothing is copied, and since every later Allocate takes
+// the same lock, the holder of any block allocated afterwards sees the new
+// memory. The caller keeps data valid for as long as the cache uses it,
+// which is until the next MoveTo or, if none, while the cache is reachable.
+func (c *Cache) MoveTo(data []float32) error {
+	n := c.shape.BlockFloats() * len(c.used)
+	if data != nil && len(data) < n {
+		return fmt.Errorf("kvcache: move to %d floats of memory, the cache needs %d", len(data), n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.free) != len(c.used) {
+		return fmt.Errorf("kvcache: move the memory of a cache with %d blocks in use", len(c.used)-len(c.free))
+	}
+	if data == nil {
+		data = make([]float32, n)
+	}
+	c.data = data[:n:n]
+	return nil
+}
+
 // Shape returns the cache's geometry.
 func (c *Cache) Shape() Shape { return c.shape }
 

@@ -121,3 +121,43 @@ func TestInvalidShape(t *testing.T) {
 		t.Error("zero shape accepted")
 	}
 }
+
+// TestMoveTo: an idle cache moves to caller memory (block views then point
+// into it) and back to memory of its own; a cache with blocks in use, or
+// memory too small, is refused and left where it was.
+func TestMoveTo(t *testing.T) {
+	shape := testShape()
+	c, _ := New(shape, 4)
+	if err := c.MoveTo(make([]float32, 4*shape.BlockFloats()-1)); err == nil {
+		t.Error("move to memory one float short accepted")
+	}
+	mem := make([]float32, 4*shape.BlockFloats()+7) // room to spare is fine
+	if err := c.MoveTo(mem); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := c.Allocate(2)
+	c.K(ids[1], 1, 2)[3] = 42
+	if &c.Block(ids[1])[0] != &mem[ids[1]*shape.BlockFloats()] {
+		t.Fatal("block view is not in the memory the cache moved to")
+	}
+	if slices.Index(mem, 42) < 0 {
+		t.Fatal("a write through K did not land in the caller's memory")
+	}
+	if err := c.MoveTo(nil); err == nil {
+		t.Error("move with blocks in use accepted")
+	}
+	if &c.Block(ids[1])[0] != &mem[ids[1]*shape.BlockFloats()] {
+		t.Fatal("a refused move changed the memory")
+	}
+	c.Free(ids)
+	if err := c.MoveTo(nil); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ = c.Allocate(4)
+	for _, id := range ids {
+		c.Block(id)[0] = -1
+	}
+	if slices.Index(mem, -1) >= 0 {
+		t.Fatal("the cache still writes into the memory it moved away from")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -18,23 +20,42 @@ import (
 // Consumer is the decode side. Between pulls it keeps finished connections
 // idle, per producer address, for the next pull: a pull on a pooled
 // connection skips the dial and the hello's round trip, which on a short
-// prompt is a large part of its cost. It starts no goroutines of its own (an idle
-// connection's timeout is a timer). Close closes the idle connections.
+// prompt is a large part of its cost. It also keeps, per producer address,
+// the mapping of the producer's shared memory when the producer is on this
+// host. It starts no goroutines of its own (an idle connection's timeout is
+// a timer). Close closes the idle connections and lets go of the mappings.
 type Consumer struct {
 	cfg   Config
 	store BlockStore
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	closed bool
-	idle   map[string][]*idleConn // by producer address, most recently used last
+	shared, streamed atomic.Uint64 // completed transfers, for Stats
+	mapped           atomic.Int64  // live mappings of producers' regions
+
+	mu      sync.Mutex
+	closed  bool
+	idle    map[string][]*idleConn // by producer address, most recently used last
+	regions map[string]*peerRegion // by producer address: the region it last advertised
 }
 
-// idleConn is a pooled connection whose next frames are the DONE that ends
-// its last pull and the producer's hello.
+// ConsumerStats counts a consumer's transfers by the way their blocks came.
+type ConsumerStats struct {
+	SharedTransfers   uint64 // copied from a producer's shared memory
+	StreamedTransfers uint64 // received over TCP
+	MappedRegions     int    // producers' regions mapped now
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{SharedTransfers: c.shared.Load(), StreamedTransfers: c.streamed.Load(), MappedRegions: int(c.mapped.Load())}
+}
+
+// idleConn is a pooled connection whose next frames are the producer's
+// hello, after the DONE that ends its last pull when doneOwed.
 type idleConn struct {
-	conn  net.Conn
-	timer *time.Timer // closes it after cfg.IdleTimeout unused
+	conn     net.Conn
+	doneOwed bool
+	timer    *time.Timer // closes it after cfg.IdleTimeout unused
 }
 
 // NewConsumer makes a consumer that receives into store. cfg.Secret and
@@ -44,22 +65,35 @@ type idleConn struct {
 // cfg.IdleTimeout bound the connections it keeps for reuse.
 func NewConsumer(cfg Config, store BlockStore) *Consumer {
 	cfg = cfg.withDefaults()
-	return &Consumer{cfg: cfg, store: store, log: cfg.Logger.With("engine_id", cfg.EngineID), idle: make(map[string][]*idleConn)}
+	return &Consumer{cfg: cfg, store: store, log: cfg.Logger.With("engine_id", cfg.EngineID),
+		idle: make(map[string][]*idleConn), regions: make(map[string]*peerRegion)}
 }
 
-// Close closes every idle connection. Calls in flight finish and close
-// theirs; later calls still work, each on a connection of its own.
+// Close closes every idle connection and lets go of every producer's
+// region (a transfer copying from one unmaps it when it is done). Calls in
+// flight finish and close theirs; later calls still work, each on a
+// connection of its own and over TCP.
 func (c *Consumer) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	idle := c.idle
 	c.idle = make(map[string][]*idleConn)
+	var unmap [][]byte
+	for _, r := range c.regions {
+		if r.refs--; r.refs == 0 {
+			unmap = append(unmap, r.mem)
+		}
+	}
+	c.regions = make(map[string]*peerRegion)
 	c.mu.Unlock()
 	for _, list := range idle {
 		for _, ic := range list {
 			ic.timer.Stop()
 			ic.conn.Close()
 		}
+	}
+	for _, mem := range unmap {
+		c.unmap(mem)
 	}
 	return nil
 }
@@ -77,12 +111,12 @@ func (c *Consumer) IdleConns() int {
 
 // get takes the most recently used idle connection to addr, if any: the
 // newest is the least likely to have been closed by the producer meanwhile.
-func (c *Consumer) get(addr string) net.Conn {
+func (c *Consumer) get(addr string) (conn net.Conn, doneOwed bool) {
 	c.mu.Lock()
 	list := c.idle[addr]
 	if len(list) == 0 {
 		c.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	ic := list[len(list)-1]
 	list[len(list)-1] = nil
@@ -95,19 +129,20 @@ func (c *Consumer) get(addr string) net.Conn {
 	// If the timer fires now, it no longer finds ic in the pool and leaves
 	// the connection alone.
 	ic.timer.Stop()
-	return ic.conn
+	return ic.conn, ic.doneOwed
 }
 
-// put pools conn, whose next frames are a DONE and a hello, or closes it when
-// the pool for addr is full, reuse is off or the consumer is closed.
-func (c *Consumer) put(addr string, conn net.Conn) {
+// put pools conn, whose next frames are a hello, after a DONE when
+// doneOwed, or closes it when the pool for addr is full, reuse is off or
+// the consumer is closed.
+func (c *Consumer) put(addr string, conn net.Conn, doneOwed bool) {
 	c.mu.Lock()
 	if c.closed || c.cfg.MaxIdleConns < 0 || len(c.idle[addr]) >= c.cfg.MaxIdleConns {
 		c.mu.Unlock()
 		conn.Close()
 		return
 	}
-	ic := &idleConn{conn: conn}
+	ic := &idleConn{conn: conn, doneOwed: doneOwed}
 	ic.timer = time.AfterFunc(c.cfg.IdleTimeout, func() { c.expire(addr, ic) })
 	c.idle[addr] = append(c.idle[addr], ic)
 	c.mu.Unlock()
@@ -140,9 +175,11 @@ func (c *Consumer) expire(addr string, ic *idleConn) {
 // succeeds here and the producer's lease expiry frees them). Pull does not
 // wait for the producer's DONE that answers the ack: that is a round trip
 // the decode need not wait for, so it is read by the connection's next pull.
-// On any failure, including ctx ending mid-transfer, the producer's lease
-// stays in place for a retry, a release or expiry, and the contents of dst
-// are undefined.
+// The exception is a producer on this host whose shared memory the blocks
+// were copied from: there the DONE is what proves the producer held the
+// blocks until the copy was over, so Pull waits for it. On any failure,
+// including ctx ending mid-transfer, the producer's lease stays in place for
+// a retry, a release or expiry, and the contents of dst are undefined.
 func (c *Consumer) Pull(ctx context.Context, addr, remoteEngineID, key string, dst []int) (numTokens int, err error) {
 	return c.fetch(ctx, opPull, addr, remoteEngineID, key, dst)
 }
@@ -150,7 +187,8 @@ func (c *Consumer) Pull(ctx context.Context, addr, remoteEngineID, key string, d
 // Receive (Mooncake-shaped) registers with the producer at addr for key and
 // waits, until ctx ends, for the producer to export it and push the blocks
 // into dst. It may be called before the prefill has run. Like Pull, it
-// returns once its ack is sent.
+// returns once its ack is sent, or its DONE has come after a copy from
+// shared memory.
 func (c *Consumer) Receive(ctx context.Context, addr, remoteEngineID, key string, dst []int) (numTokens int, err error) {
 	return c.fetch(ctx, opPush, addr, remoteEngineID, key, dst)
 }
@@ -183,10 +221,11 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		// a release runs in the background.
 		pool := op == opPull
 		var conn net.Conn
+		var doneOwed bool
 		if pool && !retried {
 			// A retry dials: if one pooled connection was stale, the
 			// others to this producer may well be too.
-			conn = c.get(addr)
+			conn, doneOwed = c.get(addr)
 		}
 		reused := conn != nil
 		if conn == nil {
@@ -199,10 +238,10 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		// unblocks any read or write at once, and unlike a deadline it
 		// cannot be undone by the next SetDeadline.
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		var reusable bool
-		n, reusable, err = c.exchange(conn, reused, op, engineID, key, dst)
-		if stop() && err == nil && reusable && pool {
-			c.put(addr, conn)
+		var next connState
+		n, next, err = c.exchange(ctx, conn, addr, doneOwed, op, engineID, key, dst)
+		if stop() && err == nil && next.reusable && pool {
+			c.put(addr, conn, next.doneOwed)
 		} else {
 			conn.Close()
 		}
@@ -237,20 +276,28 @@ func closedByPeer(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// exchange runs one request on conn; pooled means conn comes from the pool,
-// so the DONE of its previous pull comes first. reusable means the request
-// completed and the producer's next frames are that request's DONE and a
-// fresh hello, so conn may be pooled.
-func (c *Consumer) exchange(conn net.Conn, pooled bool, op, engineID, key string, dst []int) (_ int, reusable bool, _ error) {
-	n, err := c.exchange1(conn, pooled, op, engineID, key, dst, &reusable)
-	return n, reusable, err
+// connState is what a connection is good for after a request on it.
+type connState struct {
+	// reusable: the request completed, and the producer's next frames are
+	// (when doneOwed) that request's DONE, then a fresh hello, so the
+	// connection may be pooled.
+	reusable, doneOwed bool
 }
 
-func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key string, dst []int, reusable *bool) (int, error) {
+// exchange runs one request on conn. doneOwed means conn comes from the
+// pool with the DONE of its previous pull still unread. addr keys the
+// producer's shared memory.
+func (c *Consumer) exchange(ctx context.Context, conn net.Conn, addr string, doneOwed bool, op, engineID, key string, dst []int) (int, connState, error) {
+	var next connState
+	n, err := c.exchange1(ctx, conn, addr, doneOwed, op, engineID, key, dst, &next)
+	return n, next, err
+}
+
+func (c *Consumer) exchange1(ctx context.Context, conn net.Conn, addr string, doneOwed bool, op, engineID, key string, dst []int, next *connState) (int, error) {
 	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
 		return 0, err
 	}
-	if pooled {
+	if doneOwed {
 		// Any failure here is before this request began on either side: a
 		// fresh connection may try again.
 		typ, _, err := readFrame(conn)
@@ -273,11 +320,16 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 	}
 	req := requestMsg{Op: op, Key: key, EngineID: engineID, Nonce: make([]byte, nonceLen)}
 	rand.Read(req.Nonce)
+	var region *peerRegion
 	if op != opRelease {
 		req.Blocks = len(dst)
 		req.BlockBytes = c.store.BlockBytes()
 		req.Shape = c.cfg.Shape
 		req.ByteOrder = nativeByteOrder()
+		if region = c.region(addr, h.SharedMemory); region != nil {
+			defer c.letGo(region)
+			req.SharedMemory = true
+		}
 	}
 	if c.cfg.Secret != "" {
 		req.MAC = consumerMAC(c.cfg.Secret, h.Nonce, &req)
@@ -303,7 +355,7 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 		return 0, fmt.Errorf("%w: producer did not prove it knows the secret", ErrAuth)
 	}
 	if op == opRelease {
-		*reusable = true
+		next.reusable = true
 		return 0, nil
 	}
 
@@ -320,23 +372,39 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 		return 0, fmt.Errorf("data header: %w", err)
 	case typ == frameError:
 		return 0, refusalFrom(payload)
-	case typ != frameData:
-		return 0, fmt.Errorf("%w: got frame type %d, want data", ErrProtocol, typ)
+	case typ == frameData:
+		return c.receiveStream(conn, key, payload, dst, next)
+	case typ == frameDataShared && region != nil:
+		return c.receiveShared(ctx, conn, region, payload, dst, next)
 	}
-	dh, err := parseDataHeader(payload)
+	return 0, fmt.Errorf("%w: got frame type %d, want data", ErrProtocol, typ)
+}
+
+// checkDataHeader checks a DATA or DATA_SHM header against dst.
+func (c *Consumer) checkDataHeader(dh dataHeader, dst []int) error {
+	if int(dh.blocks) != len(dst) {
+		return fmt.Errorf("%w: producer sends %d blocks, want %d", ErrBlockCount, dh.blocks, len(dst))
+	}
+	if bb := c.store.BlockBytes(); int(dh.blockBytes) != bb {
+		return fmt.Errorf("%w: producer sends %d-byte blocks, want %d", ErrShape, dh.blockBytes, bb)
+	}
+	if dh.numTokens > uint64(maxInt) {
+		return fmt.Errorf("%w: num_tokens %d", ErrProtocol, dh.numTokens)
+	}
+	return nil
+}
+
+// receiveStream reads the blocks that follow a DATA header off conn into
+// dst and acks them.
+func (c *Consumer) receiveStream(conn net.Conn, key string, header []byte, dst []int, next *connState) (int, error) {
+	dh, err := parseDataHeader(header)
 	if err != nil {
 		return 0, err
 	}
-	if int(dh.blocks) != len(dst) {
-		return 0, fmt.Errorf("%w: producer sends %d blocks, want %d", ErrBlockCount, dh.blocks, len(dst))
+	if err := c.checkDataHeader(dh, dst); err != nil {
+		return 0, err
 	}
 	bb := c.store.BlockBytes()
-	if int(dh.blockBytes) != bb {
-		return 0, fmt.Errorf("%w: producer sends %d-byte blocks, want %d", ErrShape, dh.blockBytes, bb)
-	}
-	if dh.numTokens > uint64(maxInt) {
-		return 0, fmt.Errorf("%w: num_tokens %d", ErrProtocol, dh.numTokens)
-	}
 
 	// Straight into the cache's memory, no staging buffer, a batch of
 	// blocks per read deadline and per vectored read.
@@ -362,6 +430,7 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 	// From here dst is complete, so nothing turns this into a failure, not
 	// even ctx ending: only the producer's free is in doubt, and its lease
 	// expiry covers that.
+	c.streamed.Add(1)
 	conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout))
 	if err := writeFrame(conn, frameAck, nil); err != nil {
 		c.log.Warn("kvtransfer: ack not sent; producer frees on lease expiry", "key", key, "err", err)
@@ -370,7 +439,60 @@ func (c *Consumer) exchange1(conn net.Conn, pooled bool, op, engineID, key strin
 	// The producer's DONE is not waited for: a pooled connection's next pull
 	// reads it first, and closing a connection with it unread is harmless,
 	// as the producer has read the ack by the time it sends the DONE.
-	*reusable = true
+	*next = connState{reusable: true, doneOwed: true}
+	return int(dh.numTokens), nil
+}
+
+// receiveShared copies the blocks a DATA_SHM frame places in the producer's
+// region into dst, acks, and waits for the DONE: the producer frees leased
+// blocks only on the ack or when the stream fails (and then it closes the
+// connection without a DONE), so the DONE proves that no block was freed,
+// and perhaps rewritten, while it was being copied.
+func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, r *peerRegion, payload []byte, dst []int, next *connState) (int, error) {
+	dh, offsets, err := parseSharedData(payload)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.checkDataHeader(dh, dst); err != nil {
+		return 0, err
+	}
+	bb := c.store.BlockBytes()
+	// Every offset is checked before a byte is copied: a producer that
+	// names memory outside its region is broken or hostile.
+	for i := range dst {
+		off := binary.BigEndian.Uint64(offsets[8*i:])
+		if off < sharedHeaderLen || bb > len(r.mem) || off > uint64(len(r.mem)-bb) {
+			return 0, fmt.Errorf("%w: block %d at offset %d lies outside the producer's region of %d bytes", ErrProtocol, i, off, len(r.mem))
+		}
+	}
+	for i, id := range dst {
+		// Nothing here watches the connection, so a cancelled request
+		// stops at the next block rather than when the copy is over.
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		b := c.store.Block(id)
+		if len(b) != bb {
+			return 0, fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
+		}
+		off := binary.BigEndian.Uint64(offsets[8*i:])
+		copy(b, r.mem[off:off+uint64(bb)])
+	}
+	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
+		return 0, err
+	}
+	if err := writeFrame(conn, frameAck, nil); err != nil {
+		return 0, fmt.Errorf("ack: %w", err)
+	}
+	typ, _, err := readFrame(conn)
+	if err == nil && typ != frameDone {
+		err = fmt.Errorf("%w: got frame type %d, want done", ErrProtocol, typ)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("done (the producer's word that it held the blocks through the copy): %w", err)
+	}
+	c.shared.Add(1)
+	*next = connState{reusable: true}
 	return int(dh.numTokens), nil
 }
 

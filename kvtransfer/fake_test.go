@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -17,7 +18,8 @@ import (
 type slabStore struct {
 	bb         int
 	slab       []byte
-	descending bool // hand out high ids first, so a consumer's ids differ from a producer's
+	descending bool          // hand out high ids first, so a consumer's ids differ from a producer's
+	shm        *SharedMemory // the slab's memory, when it is shared
 
 	mu      sync.Mutex
 	used    []bool
@@ -27,14 +29,32 @@ type slabStore struct {
 var (
 	_ BlockStore   = (*slabStore)(nil)
 	_ blockCounter = (*slabStore)(nil)
+	_ sharedStore  = (*slabStore)(nil)
 )
 
 func newSlabStore(blockBytes, numBlocks int) *slabStore {
 	return &slabStore{bb: blockBytes, slab: make([]byte, blockBytes*numBlocks), used: make([]bool, numBlocks)}
 }
 
-func (s *slabStore) BlockBytes() int { return s.bb }
-func (s *slabStore) NumBlocks() int  { return len(s.used) }
+// newSharedSlabStore is a slabStore whose slab is a SharedMemory region,
+// closed when the test ends.
+func newSharedSlabStore(tb testing.TB, blockBytes, numBlocks int) *slabStore {
+	tb.Helper()
+	m, err := NewSharedMemory(blockBytes * numBlocks)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return &slabStore{bb: blockBytes, slab: m.Bytes(), shm: m, used: make([]bool, numBlocks)}
+}
+
+func (s *slabStore) SharedMemory() *SharedMemory { return s.shm }
+func (s *slabStore) BlockBytes() int             { return s.bb }
+func (s *slabStore) NumBlocks() int              { return len(s.used) }
 
 func (s *slabStore) Block(id int) []byte {
 	if s.onBlock != nil {
@@ -197,4 +217,96 @@ func TestMain(m *testing.M) {
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// fakeProducer speaks the producer's side of the protocol by hand, one
+// request per connection, so tests can make it say what a real producer
+// never would: a hello advertising a region of its choosing, and whatever
+// answer answer writes. It records the requests it reads.
+type fakeProducer struct {
+	ln       net.Listener
+	advert   *sharedAdvert
+	answer   func(conn net.Conn, req requestMsg) error
+	requests chan requestMsg
+	wg       sync.WaitGroup
+}
+
+func newFakeProducer(t *testing.T, advert *sharedAdvert, answer func(net.Conn, requestMsg) error) *fakeProducer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeProducer{ln: ln, advert: advert, answer: answer, requests: make(chan requestMsg, 16)}
+	f.wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.wg.Go(func() {
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(testIOTimeout))
+				if err := f.serve(conn); err != nil {
+					t.Logf("fake producer: %v", err)
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); f.wg.Wait() })
+	return f
+}
+
+func (f *fakeProducer) addr() string { return f.ln.Addr().String() }
+
+func (f *fakeProducer) serve(conn net.Conn) error {
+	if err := writeJSON(conn, frameHello, helloMsg{Nonce: make([]byte, nonceLen), SharedMemory: f.advert}); err != nil {
+		return err
+	}
+	var req requestMsg
+	if err := readJSON(conn, frameRequest, &req); err != nil {
+		return err
+	}
+	f.requests <- req
+	return f.answer(conn, req)
+}
+
+// streamAnswer answers a pull the TCP way: accept, DATA and the blocks'
+// bytes, then the done for the ack.
+func streamAnswer(blocks [][]byte, numTokens int) func(net.Conn, requestMsg) error {
+	return func(conn net.Conn, req requestMsg) error {
+		b, _ := appendJSONFrame(nil, frameAccept, acceptMsg{})
+		b = append(b, make([]byte, headerLen)...)
+		putHeader(b[len(b)-headerLen:], frameData, dataHdrLen)
+		b = append(b, dataHeader{blocks: uint32(len(blocks)), blockBytes: uint32(len(blocks[0])), numTokens: uint64(numTokens)}.bytes()...)
+		for _, blk := range blocks {
+			b = append(b, blk...)
+		}
+		return finishAnswer(conn, b)
+	}
+}
+
+// sharedAnswer answers a pull with a DATA_SHM frame naming offsets, which
+// it sends whether or not the request asked for shared memory.
+func sharedAnswer(blocks, blockBytes, numTokens int, offsets []uint64) func(net.Conn, requestMsg) error {
+	return func(conn net.Conn, req requestMsg) error {
+		b, _ := appendJSONFrame(nil, frameAccept, acceptMsg{})
+		payload := sharedDataPayload(dataHeader{blocks: uint32(blocks), blockBytes: uint32(blockBytes), numTokens: uint64(numTokens)}, offsets)
+		b = append(b, make([]byte, headerLen)...)
+		putHeader(b[len(b)-headerLen:], frameDataShared, len(payload))
+		return finishAnswer(conn, append(b, payload...))
+	}
+}
+
+// finishAnswer writes an answer, then answers an ack with a done; a
+// consumer that refuses the answer hangs up instead, which is fine too.
+func finishAnswer(conn net.Conn, answer []byte) error {
+	if _, err := conn.Write(answer); err != nil {
+		return err
+	}
+	typ, _, err := readFrame(conn)
+	if err != nil || typ != frameAck {
+		return nil
+	}
+	return writeFrame(conn, frameDone, nil)
 }

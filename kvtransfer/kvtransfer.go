@@ -1,8 +1,9 @@
 // Package kvtransfer owns the reference engine's KV data path between a
 // prefill worker and a decode worker: the producer exports the KV blocks of a
 // finished prefill under a lease, and the consumer receives them into its own
-// freshly allocated blocks over TCP, either by pulling them (NIXL-shaped: the
-// prefill has returned, the decode asks for its blocks) or by registering
+// freshly allocated blocks over TCP — or, on the producer's host, copies them
+// out of the producer's shared memory — either by pulling them (NIXL-shaped:
+// the prefill has returned, the decode asks for its blocks) or by registering
 // for them and having them pushed (Mooncake-shaped: the decode may arrive
 // before the prefill has exported, and whichever side comes first waits).
 //
@@ -14,25 +15,55 @@
 // acknowledged every byte; until then the blocks stay leased, and a lease
 // that nobody claims or releases expires.
 //
+// # Shared memory on one host
+//
+// A producer whose cache lives in a SharedMemory region (SharedCacheStore;
+// Linux only: a sealed memfd) names the region in its hellos: its pid, the
+// descriptor, a random 128-bit id and the size. A consumer on the same host
+// opens /proc/<pid>/fd/<fd> read-only, maps it, and checks the id in the
+// region's header; once, per producer address and region. Then it asks for
+// shared memory in its requests, and the producer answers with where the
+// lease's blocks lie in the region instead of their bytes; the consumer
+// copies each block from its mapping into its own, and nothing but control
+// frames crosses TCP. If anything is in the way — another host or PID
+// namespace, another user, another region under that descriptor, a
+// consumer or producer with Config.DisableSharedMemory — the transfer simply
+// goes over TCP. The kernel lets only the producer's user (or root) open the
+// descriptor, and they can read the producer's memory anyway, so the region
+// exposes nothing new; the secret still guards every request.
+//
 // # Wire format
 //
 // Every frame starts with a 12-byte header: magic "OKVT", version (1 byte),
 // type (1 byte), two reserved zero bytes, and the payload length (uint32,
 // big-endian). Control payloads are compact JSON and at most 64 KiB.
 //
-//	producer → consumer  HELLO   {"nonce"}                       on accept, and after each completed request
-//	consumer → producer  REQUEST {"op","key","engine_id","blocks","block_bytes","shape","byte_order","nonce","mac"}
-//	producer → consumer  ACCEPT  {"mac"}  or  ERROR {"code","msg"} and close
-//	producer → consumer  DATA    16 bytes: blocks u32, block_bytes u32, num_tokens u64 (big-endian),
-//	                             then blocks*block_bytes raw bytes, block after block, outside the frame
-//	consumer → producer  ACK     (empty); the producer frees its blocks only now
-//	producer → consumer  DONE    (empty)
+//	producer → consumer  HELLO    {"nonce","shm"}                on accept, and after each completed request;
+//	                              "shm": {"pid","fd","id","size"} when the producer has a region to offer
+//	consumer → producer  REQUEST  {"op","key","engine_id","blocks","block_bytes","shape","byte_order","nonce","mac","shm"}
+//	                              "shm": true when the consumer has the hello's region mapped
+//	producer → consumer  ACCEPT   {"mac"}  or  ERROR {"code","msg"} and close
+//	producer → consumer  DATA     16 bytes: blocks u32, block_bytes u32, num_tokens u64 (big-endian),
+//	                              then blocks*block_bytes raw bytes, block after block, outside the frame
+//	                  or DATA_SHM (type 8, when the request said "shm" and every block of the lease lies in the
+//	                              region) the same 16 bytes, then one u64 offset per block, from the start of
+//	                              the region's file; the consumer refuses any block not wholly in its mapping;
+//	                              a lease of more blocks than one frame can list (8190) goes as DATA
+//	consumer → producer  ACK      (empty); the producer frees its blocks only now
+//	producer → consumer  DONE     (empty)
 //
-// A transfer is complete for the consumer once its ACK is sent: the DONE
-// costs a round trip the decode need not wait for, so the consumer reads it
-// at the start of a pooled connection's next pull (or never, if it closes
-// the connection; the producer has read the ACK by the time it sends the
-// DONE).
+// A transfer over DATA is complete for the consumer once its ACK is sent:
+// the DONE costs a round trip the decode need not wait for, so the consumer
+// reads it at the start of a pooled connection's next pull (or never, if it
+// closes the connection; the producer has read the ACK by the time it sends
+// the DONE). After a DATA_SHM the consumer waits for the DONE: the producer
+// frees a lease's blocks before the ACK only when the stream fails, and then
+// it closes the connection without a DONE, so the DONE is the consumer's
+// proof that no block it copied was freed, and perhaps reused, meanwhile.
+//
+// Peers that predate shared memory interoperate: each side ignores JSON
+// fields it does not know, and a producer sends DATA_SHM only to a request
+// that asked for it.
 //
 // For op "push" the ACCEPT comes at once and the DATA (or an ERROR) when the
 // key is exported; for op "release" the ACCEPT is the whole answer. For op
@@ -129,8 +160,12 @@ type Config struct {
 	// address; beyond it a finished connection is closed. Default 16; a
 	// negative value turns reuse off (a connection per transfer).
 	MaxIdleConns int
-	Clock        func() time.Time // lease expiry reads time here; time.Now when nil
-	Logger       *slog.Logger     // discards when nil
+	// DisableSharedMemory keeps blocks on TCP even between a producer and a
+	// consumer on one host: a producer stops offering its region, a
+	// consumer stops mapping producers' regions.
+	DisableSharedMemory bool
+	Clock               func() time.Time // lease expiry reads time here; time.Now when nil
+	Logger              *slog.Logger     // discards when nil
 }
 
 const (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -33,7 +34,34 @@ type rig struct {
 type rigOpts struct {
 	blockBytes, blocks int
 	prod, cons         func(*Config)
-	consBlockBytes     int // when set, the consumer's blocks differ in size
+	consBlockBytes     int  // when set, the consumer's blocks differ in size
+	shared             bool // the producer's blocks live in shared memory
+}
+
+// transport is one way blocks travel between a producer and a consumer: the
+// behaviour tests run once per transport, and must hold on each.
+type transport struct {
+	name   string
+	shared bool
+}
+
+func (tr transport) opts(o rigOpts) rigOpts {
+	o.shared = tr.shared
+	return o
+}
+
+var transports = []transport{{name: "tcp"}, {name: "shm", shared: true}}
+
+// forEachTransport runs test as a subtest per transport.
+func forEachTransport(t *testing.T, test func(*testing.T, transport)) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			if tr.shared && runtime.GOOS != "linux" {
+				t.Skip("shared memory is Linux-only")
+			}
+			test(t, tr)
+		})
+	}
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -57,12 +85,16 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		o.cons(&ccfg)
 	}
 	ps := newSlabStore(o.blockBytes, o.blocks)
+	if o.shared {
+		ps = newSharedSlabStore(t, o.blockBytes, o.blocks)
+	}
 	cs := newSlabStore(o.consBlockBytes, o.blocks)
 	cs.descending = true
 	p, err := NewProducer(pcfg, ps)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := NewConsumer(ccfg, cs)
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -70,8 +102,18 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		if n := ps.inUse(); n != 0 {
 			t.Errorf("producer store has %d blocks in use after Close", n)
 		}
+		c.Close()
+		// Every transfer of this consumer took the path under test, and
+		// its mappings are gone with it.
+		st := c.Stats()
+		if o.shared && st.StreamedTransfers != 0 || !o.shared && st.SharedTransfers != 0 {
+			t.Errorf("consumer stats %+v: a transfer took the other path", st)
+		}
+		if st.MappedRegions != 0 {
+			t.Errorf("consumer still maps %d regions after Close", st.MappedRegions)
+		}
 	})
-	return &rig{p: p, ps: ps, c: NewConsumer(ccfg, cs), cs: cs, clock: clock, addr: p.Addr().String()}
+	return &rig{p: p, ps: ps, c: c, cs: cs, clock: clock, addr: p.Addr().String()}
 }
 
 // export allocates n producer blocks, fills them from seed and exports them.
@@ -105,9 +147,11 @@ func waitStats(t *testing.T, p *Producer, want ProducerStats) {
 	waitFor(t, fmt.Sprintf("stats %+v", want), func() bool { return p.Stats() == want })
 }
 
-func TestPullRoundTrip(t *testing.T) {
+func TestPullRoundTrip(t *testing.T) { forEachTransport(t, testPullRoundTrip) }
+
+func testPullRoundTrip(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	ctx := testCtx(t)
 	src := r.export(t, "req-1", 4, 1)
 	wantStats(t, r.p, ProducerStats{LeasedTransfers: 1, LeasedBlocks: 4})
@@ -135,9 +179,11 @@ func TestPullRoundTrip(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestPushDecodeArrivesFirst(t *testing.T) {
+func TestPushDecodeArrivesFirst(t *testing.T) { forEachTransport(t, testPushDecodeArrivesFirst) }
+
+func testPushDecodeArrivesFirst(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = "s3cret" }, cons: func(c *Config) { c.Secret = "s3cret" }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.Secret = "s3cret" }, cons: func(c *Config) { c.Secret = "s3cret" }}))
 	ctx := testCtx(t)
 	dst := r.cs.allocate(t, 3)
 	type result struct {
@@ -163,9 +209,11 @@ func TestPushDecodeArrivesFirst(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestPushPrefillExportsFirst(t *testing.T) {
+func TestPushPrefillExportsFirst(t *testing.T) { forEachTransport(t, testPushPrefillExportsFirst) }
+
+func testPushPrefillExportsFirst(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	r.export(t, "xfer-2", 5, 3)
 	dst := r.cs.allocate(t, 5)
 	if _, err := r.c.Receive(testCtx(t), r.addr, testEngine, "xfer-2", dst); err != nil {
@@ -176,11 +224,13 @@ func TestPushPrefillExportsFirst(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestConcurrentTransfers(t *testing.T) {
+func TestConcurrentTransfers(t *testing.T) { forEachTransport(t, testConcurrentTransfers) }
+
+func testConcurrentTransfers(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	const transfers, per = 50, 3
 	// 2*transfers: every transfer once by pull and once by push.
-	r := newRig(t, rigOpts{blockBytes: 64 << 10, blocks: 2 * transfers * per, prod: func(c *Config) { c.Secret = "k" }, cons: func(c *Config) { c.Secret = "k" }})
+	r := newRig(t, tr.opts(rigOpts{blockBytes: 64 << 10, blocks: 2 * transfers * per, prod: func(c *Config) { c.Secret = "k" }, cons: func(c *Config) { c.Secret = "k" }}))
 	ctx := testCtx(t)
 
 	var wg sync.WaitGroup
@@ -227,9 +277,11 @@ func TestConcurrentTransfers(t *testing.T) {
 	}
 }
 
-func TestLeaseExpiry(t *testing.T) {
+func TestLeaseExpiry(t *testing.T) { forEachTransport(t, testLeaseExpiry) }
+
+func testLeaseExpiry(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	r.export(t, "req-exp", 4, 4)
 	r.clock.Advance(testLease - time.Nanosecond)
 	r.p.ExpireNow()
@@ -248,9 +300,11 @@ func TestLeaseExpiry(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestRelease(t *testing.T) {
+func TestRelease(t *testing.T) { forEachTransport(t, testRelease) }
+
+func testRelease(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	r.export(t, "req-rel", 2, 5)
 	if !r.p.Release("req-rel") {
 		t.Fatal("Release of a leased key = false")
@@ -264,9 +318,11 @@ func TestRelease(t *testing.T) {
 	}
 }
 
-func TestReleaseRemote(t *testing.T) {
+func TestReleaseRemote(t *testing.T) { forEachTransport(t, testReleaseRemote) }
+
+func testReleaseRemote(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = "k" }, cons: func(c *Config) { c.Secret = "k" }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.Secret = "k" }, cons: func(c *Config) { c.Secret = "k" }}))
 	ctx := testCtx(t)
 	r.export(t, "req-rr", 2, 6)
 	if err := r.c.ReleaseRemote(ctx, r.addr, "req-rr"); err != nil {
@@ -290,7 +346,9 @@ func TestReleaseRemote(t *testing.T) {
 
 // TestRefusals: every refusal names its class, leaves the producer's lease
 // intact (no lost blocks, no premature free) and writes nothing into dst.
-func TestRefusals(t *testing.T) {
+func TestRefusals(t *testing.T) { forEachTransport(t, testRefusals) }
+
+func testRefusals(t *testing.T, tr transport) {
 	secret := func(s string) func(*Config) { return func(c *Config) { c.Secret = s } }
 	tests := []struct {
 		name      string
@@ -315,7 +373,7 @@ func TestRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkGoroutines(t)
-			r := newRig(t, tt.o)
+			r := newRig(t, tr.opts(tt.o))
 			r.export(t, "req", 4, 8)
 			engine, key, n := testEngine, "req", 4
 			if tt.engine != "" {
@@ -373,12 +431,14 @@ func cancelAtBlock(s *slabStore, k int, cancel context.CancelFunc) {
 	}
 }
 
-func TestCancelMidTransfer(t *testing.T) {
+func TestCancelMidTransfer(t *testing.T) { forEachTransport(t, testCancelMidTransfer) }
+
+func testCancelMidTransfer(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	const blocks = 48 // 48 MiB: far more than the loopback socket buffers hold
 	for _, end := range []string{"release", "expiry", "retry"} {
 		t.Run(end, func(t *testing.T) {
-			r := newRig(t, rigOpts{blockBytes: 1 << 20, blocks: blocks})
+			r := newRig(t, tr.opts(rigOpts{blockBytes: 1 << 20, blocks: blocks}))
 			r.export(t, "big", blocks, 9)
 			dst := r.cs.allocate(t, blocks)
 			ctx, cancel := context.WithCancel(t.Context())
@@ -443,6 +503,7 @@ func stalledPull(t *testing.T, ctx context.Context, r *rig, key string, blocks i
 	var once sync.Once
 	s.onBlock = func(int) { once.Do(func() { close(stall); <-release }) }
 	c := NewConsumer(Config{Shape: testShape, IOTimeout: testIOTimeout}, s)
+	t.Cleanup(func() { c.Close() })
 	dst := s.allocate(t, blocks)
 	errc := make(chan error, 1)
 	go func() {
@@ -461,10 +522,12 @@ func stalledPull(t *testing.T, ctx context.Context, r *rig, key string, blocks i
 // TestBusyAndHandOver: while one consumer holds a stream, a pull is refused as
 // busy and a push waits; when the first consumer gives up, the waiting push
 // gets the blocks.
-func TestBusyAndHandOver(t *testing.T) {
+func TestBusyAndHandOver(t *testing.T) { forEachTransport(t, testBusyAndHandOver) }
+
+func testBusyAndHandOver(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	const blocks = 16
-	r := newRig(t, rigOpts{blockBytes: 1 << 20, blocks: blocks})
+	r := newRig(t, tr.opts(rigOpts{blockBytes: 1 << 20, blocks: blocks}))
 	r.export(t, "k", blocks, 10)
 	ctx := testCtx(t)
 	aCtx, aCancel := context.WithCancel(ctx)
@@ -498,10 +561,12 @@ func TestBusyAndHandOver(t *testing.T) {
 // TestReleaseAbortsStream: Release of a lease being streamed cuts the stream
 // (the consumer gets an error, never a partial success) and frees the blocks
 // once the stream has let go of them.
-func TestReleaseAbortsStream(t *testing.T) {
+func TestReleaseAbortsStream(t *testing.T) { forEachTransport(t, testReleaseAbortsStream) }
+
+func testReleaseAbortsStream(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	const blocks = 16
-	r := newRig(t, rigOpts{blockBytes: 1 << 20, blocks: blocks})
+	r := newRig(t, tr.opts(rigOpts{blockBytes: 1 << 20, blocks: blocks}))
 	r.export(t, "k", blocks, 13)
 	unstall, done := stalledPull(t, testCtx(t), r, "k", blocks)
 	defer unstall()
@@ -517,8 +582,12 @@ func TestReleaseAbortsStream(t *testing.T) {
 }
 
 func TestReceiveCancelledWhileWaiting(t *testing.T) {
+	forEachTransport(t, testReceiveCancelledWhileWaiting)
+}
+
+func testReceiveCancelledWhileWaiting(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	dst := r.cs.allocate(t, 2)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -541,11 +610,13 @@ func TestReceiveCancelledWhileWaiting(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestPushWaitIsBounded(t *testing.T) {
+func TestPushWaitIsBounded(t *testing.T) { forEachTransport(t, testPushWaitIsBounded) }
+
+func testPushWaitIsBounded(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	// A real clock and a short lease: the producer stops waiting for an
 	// export after one lease duration and says so.
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.LeaseDuration = 50 * time.Millisecond; c.Clock = nil }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.LeaseDuration = 50 * time.Millisecond; c.Clock = nil }}))
 	dst := r.cs.allocate(t, 2)
 	if _, err := r.c.Receive(testCtx(t), r.addr, testEngine, "never", dst); !errors.Is(err, ErrUnknownTransfer) {
 		t.Fatalf("err = %v, want ErrUnknownTransfer", err)
@@ -554,9 +625,11 @@ func TestPushWaitIsBounded(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestCloseFreesLeases(t *testing.T) {
+func TestCloseFreesLeases(t *testing.T) { forEachTransport(t, testCloseFreesLeases) }
+
+func testCloseFreesLeases(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{blockBytes: 1 << 20, blocks: 32}) // the streamed lease must not fit in socket buffers
+	r := newRig(t, tr.opts(rigOpts{blockBytes: 1 << 20, blocks: 32})) // the streamed lease must not fit in socket buffers
 	for i := range 3 {
 		r.export(t, fmt.Sprintf("k%d", i), 2, uint64(i))
 	}
@@ -595,9 +668,11 @@ func TestCloseFreesLeases(t *testing.T) {
 	r.cs.Free(dst)
 }
 
-func TestExportInvalid(t *testing.T) {
+func TestExportInvalid(t *testing.T) { forEachTransport(t, testExportInvalid) }
+
+func testExportInvalid(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{blocks: 8})
+	r := newRig(t, tr.opts(rigOpts{blocks: 8}))
 	held := r.ps.allocate(t, 4)
 	if err := r.p.Export("ok", held[:2], 20); err != nil {
 		t.Fatal(err)
@@ -633,8 +708,11 @@ func TestExportInvalid(t *testing.T) {
 }
 
 // TestCacheStore moves blocks between two real kvcache.Caches and checks
-// every key and value float.
-func TestCacheStore(t *testing.T) {
+// every key and value float; with shared memory, the producer's cache lives
+// in a region, as a worker's does.
+func TestCacheStore(t *testing.T) { forEachTransport(t, testCacheStore) }
+
+func testCacheStore(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	shape := kvcache.Shape{Layers: 2, KVHeads: 2, HeadDim: 8, BlockSize: 4}
 	pc, err := kvcache.New(shape, 8)
@@ -646,7 +724,19 @@ func TestCacheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{EngineID: testEngine, Shape: fmt.Sprint(shape), IOTimeout: testIOTimeout, Logger: testLogger(t)}
-	p, err := NewProducer(cfg, CacheStore(pc))
+	store := CacheStore(pc)
+	if tr.shared {
+		m, err := NewSharedMemory(8 * shape.BlockBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := pc.MoveTo(m.Float32s()); err != nil {
+			t.Fatal(err)
+		}
+		store = SharedCacheStore(pc, m)
+	}
+	p, err := NewProducer(cfg, store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,9 +773,14 @@ func TestCacheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := NewConsumer(cfg, CacheStore(dc)).Pull(testCtx(t), p.Addr().String(), testEngine, "req-cache", dst)
+	c := NewConsumer(cfg, CacheStore(dc))
+	defer c.Close()
+	n, err := c.Pull(testCtx(t), p.Addr().String(), testEngine, "req-cache", dst)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st := c.Stats(); tr.shared && st.SharedTransfers != 1 || !tr.shared && st.StreamedTransfers != 1 {
+		t.Errorf("consumer stats %+v: the pull took the other path", st)
 	}
 	if n != tokens {
 		t.Errorf("numTokens = %d, want %d", n, tokens)
@@ -727,9 +822,11 @@ func rawSession(t *testing.T, addr string, req requestMsg) (typ byte, payload []
 	return typ, payload
 }
 
-func TestProtocolAbuse(t *testing.T) {
+func TestProtocolAbuse(t *testing.T) { forEachTransport(t, testProtocolAbuse) }
+
+func testProtocolAbuse(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.IOTimeout = 200 * time.Millisecond }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.IOTimeout = 200 * time.Millisecond }}))
 	r.export(t, "req", 2, 12)
 
 	t.Run("foreign byte order", func(t *testing.T) {

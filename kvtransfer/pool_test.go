@@ -42,9 +42,11 @@ func (r *rig) pullOnce(t *testing.T, key string, n int, seed uint64) {
 	waitFor(t, "the producer to take the ack", func() bool { return r.p.Stats().Completed > before })
 }
 
-func TestPooledConnectionReused(t *testing.T) {
+func TestPooledConnectionReused(t *testing.T) { forEachTransport(t, testPooledConnectionReused) }
+
+func testPooledConnectionReused(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = "s" }, cons: func(c *Config) { c.Secret = "s" }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.Secret = "s" }, cons: func(c *Config) { c.Secret = "s" }}))
 	defer r.c.Close()
 	r.pullOnce(t, "a", 3, 1)
 	first := r.c.pooled(r.addr)
@@ -66,8 +68,12 @@ func TestPooledConnectionReused(t *testing.T) {
 }
 
 func TestStalePooledConnectionRetried(t *testing.T) {
+	forEachTransport(t, testStalePooledConnectionRetried)
+}
+
+func testStalePooledConnectionRetried(t *testing.T, tr transport) {
 	checkGoroutines(t)
-	r := newRig(t, rigOpts{})
+	r := newRig(t, tr.opts(rigOpts{}))
 	defer r.c.Close()
 	r.pullOnce(t, "a", 2, 1)
 	stale := r.c.pooled(r.addr)
@@ -99,7 +105,7 @@ func TestPoolBounded(t *testing.T) {
 		a, b := net.Pipe()
 		defer b.Close()
 		peers = append(peers, b)
-		c.put("p:1", a)
+		c.put("p:1", a, true)
 	}
 	if n := c.IdleConns(); n != 2 {
 		t.Fatalf("%d idle connections, want the bound, 2", n)
@@ -115,16 +121,18 @@ func TestPoolBounded(t *testing.T) {
 	off := NewConsumer(Config{MaxIdleConns: -1}, newSlabStore(16, 1))
 	a, b := net.Pipe()
 	defer b.Close()
-	off.put("p:1", a)
+	off.put("p:1", a, true)
 	if n := off.IdleConns(); n != 0 {
 		t.Fatalf("reuse off: %d idle connections, want 0", n)
 	}
 }
 
-func TestIdleConnectionsClosed(t *testing.T) {
+func TestIdleConnectionsClosed(t *testing.T) { forEachTransport(t, testIdleConnectionsClosed) }
+
+func testIdleConnectionsClosed(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	t.Run("on Close", func(t *testing.T) {
-		r := newRig(t, rigOpts{})
+		r := newRig(t, tr.opts(rigOpts{}))
 		r.pullOnce(t, "a", 2, 1)
 		if n := r.c.IdleConns(); n != 1 {
 			t.Fatalf("%d idle connections, want 1", n)
@@ -141,7 +149,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 		}
 	})
 	t.Run("after the idle timeout", func(t *testing.T) {
-		r := newRig(t, rigOpts{cons: func(c *Config) { c.IdleTimeout = 20 * time.Millisecond }})
+		r := newRig(t, tr.opts(rigOpts{cons: func(c *Config) { c.IdleTimeout = 20 * time.Millisecond }}))
 		defer r.c.Close()
 		r.pullOnce(t, "a", 2, 1)
 		waitFor(t, "the idle connection to time out", func() bool { return r.c.IdleConns() == 0 })
@@ -152,9 +160,13 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // TestAuthPerRequestOnReusedConnection: every request on a kept connection
 // answers a fresh nonce, so a proof recorded for an earlier hello is refused.
 func TestAuthPerRequestOnReusedConnection(t *testing.T) {
+	forEachTransport(t, testAuthPerRequestOnReusedConnection)
+}
+
+func testAuthPerRequestOnReusedConnection(t *testing.T, tr transport) {
 	checkGoroutines(t)
 	const secret = "s3cret"
-	r := newRig(t, rigOpts{prod: func(c *Config) { c.Secret = secret }})
+	r := newRig(t, tr.opts(rigOpts{prod: func(c *Config) { c.Secret = secret }}))
 	r.export(t, "a", 1, 1)
 	r.export(t, "b", 1, 2)
 

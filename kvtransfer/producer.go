@@ -23,6 +23,10 @@ type Producer struct {
 	log   *slog.Logger
 	done  chan struct{} // closed by Close: stops the accept and expiry loops
 	wg    sync.WaitGroup
+	// region is the shared memory the store's blocks live in, offered in
+	// every hello as advert; nil when there is none or it is turned off.
+	region *SharedMemory
+	advert *sharedAdvert
 
 	mu      sync.Mutex
 	closed  bool
@@ -44,6 +48,9 @@ type lease struct {
 	streaming bool
 	released  bool   // Release came while streaming; free at check-in
 	abort     func() // closes the streaming connection, so Release is prompt
+	// offsets are where the blocks lie in the producer's region, for a
+	// consumer that maps it; nil when some block lies outside it.
+	offsets []uint64
 }
 
 // waiter is a push consumer that arrived before its key was exported (or
@@ -67,7 +74,8 @@ type ProducerStats struct {
 }
 
 // NewProducer starts listening on cfg.ListenAddr and serving consumers.
-// Close stops it.
+// Close stops it. When store has its blocks in a SharedMemory region (see
+// SharedCacheStore), consumers on this host copy them from there.
 func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 	cfg = cfg.withDefaults()
 	if cfg.EngineID == "" {
@@ -90,6 +98,11 @@ func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 		owned:   make(map[int]string),
 		waiters: make(map[string]*waiter),
 		conns:   make(map[net.Conn]struct{}),
+	}
+	if ss, ok := store.(sharedStore); ok && !cfg.DisableSharedMemory {
+		if p.region = ss.SharedMemory(); p.region != nil {
+			p.advert = p.region.advert()
+		}
 	}
 	p.wg.Go(p.acceptLoop)
 	p.wg.Go(p.expiryLoop)
@@ -155,6 +168,7 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 		return fmt.Errorf("kvtransfer: export %q: %w: numTokens %d", key, ErrInvalid, numTokens)
 	}
 	l := &lease{key: key, blocks: slices.Clone(blocks), numTokens: numTokens, deadline: p.cfg.Clock().Add(p.cfg.LeaseDuration)}
+	l.offsets = p.sharedOffsets(l.blocks)
 
 	p.mu.Lock()
 	if p.closed {
@@ -179,6 +193,25 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 	p.mu.Unlock()
 	p.log.Debug("kvtransfer: exported", "key", key, "blocks", len(blocks), "num_tokens", numTokens, "push_waiting", handed)
 	return nil
+}
+
+// sharedOffsets is where blocks lie in the producer's region, or nil when
+// there is no region, some block lies outside it, or there are more blocks
+// than one frame can list: such a lease goes over TCP to every consumer.
+func (p *Producer) sharedOffsets(blocks []int) []uint64 {
+	if p.region == nil || len(blocks) > maxSharedBlocks {
+		return nil
+	}
+	offsets := make([]uint64, len(blocks))
+	for i, id := range blocks {
+		off, ok := p.region.offset(p.store.Block(id))
+		if !ok {
+			p.log.Debug("kvtransfer: block outside the shared memory region; its lease goes over TCP", "block", id)
+			return nil
+		}
+		offsets[i] = off
+	}
+	return offsets
 }
 
 // Release drops key's lease without transferring and frees its blocks. If the
@@ -396,7 +429,7 @@ func (p *Producer) serve(conn net.Conn) {
 		}
 		serverNonce := make([]byte, nonceLen)
 		rand.Read(serverNonce) // never fails (crypto/rand crashes the program instead)
-		hello, err := appendJSONFrame(prefix, frameHello, helloMsg{Nonce: serverNonce})
+		hello, err := appendJSONFrame(prefix, frameHello, helloMsg{Nonce: serverNonce, SharedMemory: p.advert})
 		if err != nil {
 			return
 		}
@@ -466,7 +499,7 @@ func (p *Producer) handle(conn net.Conn, req *requestMsg, serverNonce []byte, lo
 		}
 		// The accept rides in the data's writev: one segment train, one
 		// wake-up on the consumer's side.
-		return doneFrame, p.stream(conn, l, accept, log)
+		return doneFrame, p.stream(conn, l, accept, req.SharedMemory, log)
 	case opPush:
 		return doneFrame, p.push(conn, req, accept, log)
 	}
@@ -580,16 +613,24 @@ func (p *Producer) push(conn net.Conn, req *requestMsg, accept []byte, log *slog
 		p.checkin(l, false)
 		return false
 	}
-	return p.stream(conn, l, nil, log)
+	return p.stream(conn, l, nil, req.SharedMemory, log)
 }
 
 // stream sends l's blocks straight from the store's memory, after prefix
-// (the pull's accept) in the same writev, waits for the consumer's ack, and
-// only then frees them. The DONE that answers the ack is the caller's to
-// send. It reports whether the consumer acknowledged every byte.
-func (p *Producer) stream(conn net.Conn, l *lease, prefix []byte, log *slog.Logger) bool {
+// (the pull's accept) in the same writev — or, to a consumer that has the
+// producer's region mapped (shared), only where they lie in it — waits for
+// the consumer's ack, and only then frees them. The DONE that answers the
+// ack is the caller's to send; for a shared transfer, it is the consumer's
+// proof that the blocks stayed leased while it copied them. It reports
+// whether the consumer acknowledged every byte.
+func (p *Producer) stream(conn net.Conn, l *lease, prefix []byte, shared bool, log *slog.Logger) bool {
 	start := time.Now()
-	err := p.sendBlocks(conn, l, prefix)
+	var err error
+	if shared = shared && l.offsets != nil; shared {
+		err = p.sendOffsets(conn, l, prefix)
+	} else {
+		err = p.sendBlocks(conn, l, prefix)
+	}
 	if err == nil {
 		err = p.readAck(conn)
 	}
@@ -599,7 +640,7 @@ func (p *Producer) stream(conn net.Conn, l *lease, prefix []byte, log *slog.Logg
 		return false
 	}
 	p.checkin(l, true)
-	log.Debug("kvtransfer: transfer complete", "blocks", len(l.blocks), "num_tokens", l.numTokens, "elapsed", time.Since(start))
+	log.Debug("kvtransfer: transfer complete", "blocks", len(l.blocks), "num_tokens", l.numTokens, "shared_memory", shared, "elapsed", time.Since(start))
 	return true
 }
 
@@ -631,6 +672,23 @@ func (p *Producer) sendBlocks(conn net.Conn, l *lease, prefix []byte) error {
 			return fmt.Errorf("send blocks: %w", err)
 		}
 		bufs = bufs[:0:cap(bufs)]
+	}
+	return nil
+}
+
+// sendOffsets sends, after prefix, a DATA_SHM frame: the data header and
+// the offset of every block in the producer's region.
+func (p *Producer) sendOffsets(conn net.Conn, l *lease, prefix []byte) error {
+	payload := sharedDataPayload(dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(p.store.BlockBytes()), numTokens: uint64(l.numTokens)}, l.offsets)
+	b := make([]byte, len(prefix)+headerLen+len(payload))
+	copy(b, prefix)
+	putHeader(b[len(prefix):], frameDataShared, len(payload))
+	copy(b[len(prefix)+headerLen:], payload)
+	if err := conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
+		return err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return fmt.Errorf("send block offsets: %w", err)
 	}
 	return nil
 }

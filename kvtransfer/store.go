@@ -42,3 +42,19 @@ func (s *cacheStore) Block(id int) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
+
+// SharedCacheStore is CacheStore for a cache whose memory is m (see
+// (*kvcache.Cache).MoveTo): a producer with it offers consumers on its host
+// the region instead of streaming the bytes. m must outlive the producer.
+func SharedCacheStore(c Float32Cache, m *SharedMemory) BlockStore {
+	return &sharedCacheStore{cacheStore: cacheStore{c: c, blockBytes: 4 * len(c.Block(0))}, m: m}
+}
+
+type sharedCacheStore struct {
+	cacheStore
+	m *SharedMemory
+}
+
+var _ sharedStore = (*sharedCacheStore)(nil)
+
+func (s *sharedCacheStore) SharedMemory() *SharedMemory { return s.m }

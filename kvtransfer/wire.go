@@ -32,6 +32,9 @@ const (
 	frameData    byte = 5
 	frameAck     byte = 6
 	frameDone    byte = 7
+	// frameDataShared answers a request that asked for shared memory: the
+	// data header, then where each block lies in the producer's region.
+	frameDataShared byte = 8
 )
 
 // Request ops.
@@ -63,6 +66,18 @@ func codeOf(err error) string {
 
 type helloMsg struct {
 	Nonce []byte `json:"nonce"`
+	// SharedMemory is where a consumer on the same host can map the
+	// producer's blocks; absent when the producer has no region to offer.
+	SharedMemory *sharedAdvert `json:"shm,omitempty"`
+}
+
+// sharedAdvert names the producer's region: the descriptor it is open under
+// in the producer's process, and what its header must say.
+type sharedAdvert struct {
+	PID  int    `json:"pid"`
+	FD   int    `json:"fd"`
+	ID   []byte `json:"id"`
+	Size int64  `json:"size"` // of the whole file, header included
 }
 
 type requestMsg struct {
@@ -75,6 +90,9 @@ type requestMsg struct {
 	ByteOrder  string `json:"byte_order,omitempty"`
 	Nonce      []byte `json:"nonce"`
 	MAC        []byte `json:"mac,omitempty"`
+	// SharedMemory: the consumer has the region its hello advertised
+	// mapped, so block offsets in it serve instead of the bytes.
+	SharedMemory bool `json:"shm,omitempty"`
 }
 
 type acceptMsg struct {
@@ -238,6 +256,38 @@ func parseDataHeader(b []byte) (dataHeader, error) {
 		numTokens:  binary.BigEndian.Uint64(b[8:16]),
 	}, nil
 }
+
+// sharedDataPayload is a DATA_SHM payload: the data header, then the
+// offset of each block in the producer's region (uint64, big-endian).
+func sharedDataPayload(d dataHeader, offsets []uint64) []byte {
+	b := make([]byte, dataHdrLen, dataHdrLen+8*len(offsets))
+	copy(b, d.bytes())
+	for _, off := range offsets {
+		b = binary.BigEndian.AppendUint64(b, off)
+	}
+	return b
+}
+
+// parseSharedData splits a DATA_SHM payload into its header and the raw
+// offsets (8 bytes each), which the caller bounds-checks as it reads them.
+func parseSharedData(b []byte) (dataHeader, []byte, error) {
+	if len(b) < dataHdrLen {
+		return dataHeader{}, nil, fmt.Errorf("%w: shared data frame of %d bytes", ErrProtocol, len(b))
+	}
+	d, err := parseDataHeader(b[:dataHdrLen])
+	if err != nil {
+		return dataHeader{}, nil, err
+	}
+	offs := b[dataHdrLen:]
+	if uint64(len(offs)) != 8*uint64(d.blocks) {
+		return dataHeader{}, nil, fmt.Errorf("%w: shared data frame has %d bytes of offsets for %d blocks", ErrProtocol, len(offs), d.blocks)
+	}
+	return d, offs, nil
+}
+
+// maxSharedBlocks is how many block offsets fit in one control frame; a
+// lease of more blocks goes over TCP.
+const maxSharedBlocks = (maxControl - dataHdrLen) / 8
 
 // mac computes HMAC-SHA256 over the role and length-prefixed fields, so no
 // two different field lists share an input and a consumer proof can never be

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Qwen3-Omni Thinker KV geometry: 48 layers x 4 KV heads x 128 head_dim,
@@ -20,15 +22,57 @@ const (
 
 var benchTokens = []int{1024, 8192}
 
+// forEachBenchTransport runs bench as a sub-benchmark per transport.
+func forEachBenchTransport(b *testing.B, bench func(*testing.B, transport)) {
+	for _, tr := range transports {
+		b.Run(tr.name, func(b *testing.B) {
+			if tr.shared && runtime.GOOS != "linux" {
+				b.Skip("shared memory is Linux-only")
+			}
+			bench(b, tr)
+		})
+	}
+}
+
+// slabStoreFor is a producer's slab for tr: in shared memory or not.
+func slabStoreFor(tb testing.TB, tr transport, blockBytes, numBlocks int) *slabStore {
+	if tr.shared {
+		return newSharedSlabStore(tb, blockBytes, numBlocks)
+	}
+	return newSlabStore(blockBytes, numBlocks)
+}
+
+// checkBenchPath fails the benchmark if its transfers did not take tr.
+func checkBenchPath(b *testing.B, c *Consumer, tr transport) {
+	if st := c.Stats(); tr.shared && st.StreamedTransfers != 0 || !tr.shared && st.SharedTransfers != 0 {
+		b.Fatalf("consumer stats %+v: transfers took the other path", st)
+	}
+}
+
+// reportCPU reports the process's CPU time per op since start, both
+// sides of the transfer together: what moving the blocks costs, apart from
+// how long it takes.
+func reportCPU(b *testing.B, start time.Duration) {
+	if start > 0 {
+		b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
 // BenchmarkPull moves a whole prefill's KV through the real data path per
-// op: Export, dial, handshake, stream, ack, free.
-func BenchmarkPull(b *testing.B) {
+// op: Export, dial, handshake, stream (tcp) or copy out of the producer's
+// shared memory (shm), ack, free.
+func BenchmarkPull(b *testing.B) { forEachBenchTransport(b, benchmarkPull) }
+
+func benchmarkPull(b *testing.B, tr transport) {
 	for _, tokens := range benchTokens {
 		b.Run("tokens="+strconv.Itoa(tokens), func(b *testing.B) {
 			n := tokens / benchBlockTokens
 			// One slab per side for the whole sub-benchmark (b.Loop runs
-			// this body once): 768 MiB each at 8192 tokens.
-			ps, cs := newSlabStore(benchBlockBytes, n), newSlabStore(benchBlockBytes, n)
+			// this body once): 768 MiB each at 8192 tokens, and room on the
+			// producer's for a second transfer's blocks, as the producer
+			// frees the last one's only when it reads the ack, which may be
+			// after the next op has begun.
+			ps, cs := slabStoreFor(b, tr, benchBlockBytes, 2*n), newSlabStore(benchBlockBytes, n)
 			cs.descending = true
 			src := ps.allocate(b, n)
 			fill(ps, src, 42)
@@ -45,12 +89,14 @@ func BenchmarkPull(b *testing.B) {
 			}
 			defer p.Close()
 			c := NewConsumer(Config{Shape: benchShape}, cs)
+			defer c.Close()
 			addr := p.Addr().String()
 
 			b.SetBytes(int64(n * benchBlockBytes))
 			b.ReportAllocs()
 			i := 0
 			var dst []int
+			cpu := processCPU()
 			for b.Loop() {
 				key := "bench-" + strconv.Itoa(i)
 				i++
@@ -65,6 +111,7 @@ func BenchmarkPull(b *testing.B) {
 				cs.Free(dst)
 			}
 			b.StopTimer()
+			reportCPU(b, cpu)
 			// Blocks are not zeroed on free, so the last transfer is still
 			// there to check.
 			for i := range dst {
@@ -72,6 +119,7 @@ func BenchmarkPull(b *testing.B) {
 					b.Fatalf("block %d differs", i)
 				}
 			}
+			checkBenchPath(b, c, tr)
 		})
 	}
 }
@@ -139,7 +187,9 @@ func BenchmarkRawTCP(b *testing.B) {
 // bandwidth but the fixed cost of a transfer (connection, handshake, round
 // trips), so it reports latency per transfer; secret=on adds the HMACs both
 // ways.
-func BenchmarkPullSmall(b *testing.B) {
+func BenchmarkPullSmall(b *testing.B) { forEachBenchTransport(b, benchmarkPullSmall) }
+
+func benchmarkPullSmall(b *testing.B, tr transport) {
 	const n, bb = 11, 16 << 10
 	for _, secret := range []string{"", "s3cret"} {
 		name := "secret=off"
@@ -147,7 +197,7 @@ func BenchmarkPullSmall(b *testing.B) {
 			name = "secret=on"
 		}
 		b.Run(name, func(b *testing.B) {
-			ps, cs := newSlabStore(bb, 4*n), newSlabStore(bb, 4*n)
+			ps, cs := slabStoreFor(b, tr, bb, 4*n), newSlabStore(bb, 4*n)
 			p, err := NewProducer(Config{EngineID: "prefill-0", Shape: "small", Secret: secret}, ps)
 			if err != nil {
 				b.Fatal(err)
@@ -159,6 +209,7 @@ func BenchmarkPullSmall(b *testing.B) {
 			b.SetBytes(n * bb)
 			b.ReportAllocs()
 			i := 0
+			cpu := processCPU()
 			for b.Loop() {
 				key := "small-" + strconv.Itoa(i)
 				i++
@@ -172,6 +223,8 @@ func BenchmarkPullSmall(b *testing.B) {
 				}
 				cs.Free(dst)
 			}
+			reportCPU(b, cpu)
+			checkBenchPath(b, c, tr)
 		})
 	}
 }

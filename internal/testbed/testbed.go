@@ -55,6 +55,10 @@ type Options struct {
 	Omni bool
 	// LeaseSeconds is how long exported KV waits to be claimed (default 2).
 	LeaseSeconds float64
+	// NoSharedMemory keeps KV on the side channel's TCP, which every
+	// byte of a transfer then crosses (and a proxy in front of it can
+	// cut), although all workers share this host.
+	NoSharedMemory bool
 	// NumBlocks sizes each Thinker's KV cache (default 1024 blocks of 16
 	// positions: room for any test, and a small heap).
 	NumBlocks int
@@ -266,8 +270,8 @@ func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options,
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	kv, err := worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
-		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g}}`,
-		role, name, opts.Handshake, opts.LeaseSeconds))
+		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g,"shared_memory":%t}}`,
+		role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory))
 	if err != nil {
 		t.Fatal(err)
 	}

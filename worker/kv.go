@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/kvcache"
 	"github.com/omnipd/omnipd/kvtransfer"
 )
 
@@ -71,6 +75,9 @@ func ParseKVTransferConfig(s string) (*KVTransferConfig, error) {
 	if _, err := c.leaseDuration(); err != nil {
 		return nil, err
 	}
+	if _, err := c.sharedMemory(); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 
@@ -98,6 +105,21 @@ func (c *KVTransferConfig) leaseDuration() (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// sharedMemory reads kv_connector_extra_config.shared_memory (default
+// true): whether KV moves through shared memory between a prefill and a
+// decode on the same host rather than over the side channel's TCP.
+func (c *KVTransferConfig) sharedMemory() (bool, error) {
+	v, ok := c.ExtraConfig["shared_memory"]
+	if !ok {
+		return true, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("--kv-transfer-config: kv_connector_extra_config.shared_memory: want true or false, got %v", v)
+	}
+	return b, nil
+}
+
 // kvPath is the worker's end of the reference connector.
 type kvPath struct {
 	cfg      *KVTransferConfig
@@ -105,24 +127,35 @@ type kvPath struct {
 	consumer *kvtransfer.Consumer
 	host     string
 	port     int
+	// region holds the engine's cache when the worker produces KV with
+	// shared memory on; see shareCache. mu guards it against two Closes.
+	mu      sync.Mutex
+	region  *kvtransfer.SharedMemory
+	cache   *kvcache.Cache
+	cleanup runtime.Cleanup
 }
 
-func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string) (*kvPath, error) {
+func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string, log *slog.Logger) (*kvPath, error) {
 	if cfg == nil {
 		return nil, nil
 	}
 	lease, _ := cfg.leaseDuration()
+	shared, _ := cfg.sharedMemory()
 	kc := kvtransfer.Config{
-		EngineID:      cfg.EngineID,
-		Secret:        secret,
-		LeaseDuration: lease,
-		Shape:         fmt.Sprint(e.Cache().Shape()),
+		EngineID:            cfg.EngineID,
+		Secret:              secret,
+		LeaseDuration:       lease,
+		Shape:               fmt.Sprint(e.Cache().Shape()),
+		DisableSharedMemory: !shared,
 	}
 	store := kvtransfer.CacheStore(e.Cache())
 	k := &kvPath{cfg: cfg}
 	if cfg.produces() {
 		if cfg.EngineID == "" {
 			return nil, errors.New("--kv-transfer-config: a KV producer needs an explicit engine_id so that decodes can name it")
+		}
+		if shared {
+			store = k.shareCache(e.Cache(), store, log)
 		}
 		ip := cfg.IP
 		if ip == "" {
@@ -131,6 +164,7 @@ func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string) (*kvPath,
 		kc.ListenAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.Port))
 		p, err := kvtransfer.NewProducer(kc, store)
 		if err != nil {
+			k.unshareCache(log)
 			return nil, fmt.Errorf("start the KV side channel: %w", err)
 		}
 		k.producer = p
@@ -144,7 +178,58 @@ func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string) (*kvPath,
 	return k, nil
 }
 
-func (k *kvPath) close() {
+// shareCache moves the engine's cache into shared memory, so that decodes
+// on this host copy exported blocks straight out of it instead of receiving
+// them over TCP, and returns the store to export from. Where that cannot be
+// done (not Linux, no memfd, a cache already in use) KV goes over TCP and
+// store is returned as it is.
+//
+// The engine was built, and is running, before the worker: its cache can
+// move only while no block is allocated, which holds now, before the worker
+// serves anything. The region then backs the cache for as long as the
+// engine may use it: close moves the cache back out and closes the region
+// if the engine is idle by then, and if it is not, the region is closed
+// once the cache is garbage.
+func (k *kvPath) shareCache(cache *kvcache.Cache, store kvtransfer.BlockStore, log *slog.Logger) kvtransfer.BlockStore {
+	region, err := kvtransfer.NewSharedMemory(cache.NumBlocks() * cache.Shape().BlockBytes())
+	if err != nil {
+		level := slog.LevelWarn
+		if errors.Is(err, errors.ErrUnsupported) {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, "KV cache not in shared memory; decodes on this host receive KV over TCP", "err", err)
+		return store
+	}
+	if err := cache.MoveTo(region.Float32s()); err != nil {
+		region.Close()
+		log.Warn("KV cache not in shared memory; decodes on this host receive KV over TCP", "err", err)
+		return store
+	}
+	k.region, k.cache = region, cache
+	k.cleanup = runtime.AddCleanup(cache, func(r *kvtransfer.SharedMemory) { r.Close() }, region)
+	log.Info("KV cache in shared memory: decodes on this host copy its blocks from there", "bytes", len(region.Bytes()))
+	return kvtransfer.SharedCacheStore(cache, region)
+}
+
+// unshareCache gives the cache memory of its own back and closes the
+// region, unless the engine holds blocks: then the region stays until the
+// cache is garbage.
+func (k *kvPath) unshareCache(log *slog.Logger) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.region == nil {
+		return
+	}
+	if err := k.cache.MoveTo(nil); err != nil {
+		log.Debug("KV cache stays in shared memory until the engine is gone", "err", err)
+		return
+	}
+	k.cleanup.Stop()
+	k.region.Close()
+	k.region, k.cache = nil, nil
+}
+
+func (k *kvPath) close(log *slog.Logger) {
 	if k == nil {
 		return
 	}
@@ -155,6 +240,7 @@ func (k *kvPath) close() {
 		// Its idle connections hold the producers' handlers open.
 		k.consumer.Close()
 	}
+	k.unshareCache(log)
 }
 
 // LeasedBlocks and ExpiredLeases feed the worker's metrics.

@@ -92,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 	} else if cfg.MaxModelLen > positions {
 		return nil, fmt.Errorf("worker: max model length %d exceeds the model's %d positions", cfg.MaxModelLen, positions)
 	}
-	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret)
+	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
-	s.kv.close()
+	s.kv.close(s.log)
 }
 
 type engineLoad struct{ e *engine.Engine }

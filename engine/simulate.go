@@ -168,41 +168,65 @@ func rowTail(n int) []float32 {
 
 // fillKV writes the simulated keys and values of positions [from, to).
 func fillKV(c *kvcache.Cache, table, tokens []int, from, to int) {
-	shape := c.Shape()
-	if shape.KVHeads*shape.HeadDim == 0 {
+	row := c.Shape().KVHeads * c.Shape().HeadDim
+	if row == 0 {
 		return
 	}
-	tail := rowTail(shape.KVHeads * shape.HeadDim)
-	for pos := from; pos < to; pos++ {
-		b, slot := c.Position(table, pos)
-		for l := range shape.Layers {
-			for kv, row := range [2][]float32{c.K(b, l, slot), c.V(b, l, slot)} {
-				row[0] = rowBase(tokens[pos], pos, l, kv)
-				copy(row[1:], tail)
-			}
+	tail := rowTail(row)
+	eachSegment(c, table, from, to, func(seg []float32, first, layer, kv int) bool {
+		for i := 0; i < len(seg); i += row {
+			seg[i] = rowBase(tokens[first+i/row], first+i/row, layer, kv)
+			copy(seg[i+1:i+row], tail)
 		}
-	}
+		return true
+	})
 }
 
 // verifyKV checks that positions [0, n) of table hold what fillKV writes
 // for tokens.
 func verifyKV(c *kvcache.Cache, table, tokens []int, n int) error {
-	shape := c.Shape()
-	if shape.KVHeads*shape.HeadDim == 0 {
+	row := c.Shape().KVHeads * c.Shape().HeadDim
+	if row == 0 {
 		return nil
 	}
-	tail := floatBytes(rowTail(shape.KVHeads * shape.HeadDim))
-	for pos := range n {
-		b, slot := c.Position(table, pos)
+	tail := floatBytes(rowTail(row))
+	var err error
+	eachSegment(c, table, 0, n, func(seg []float32, first, layer, kv int) bool {
+		for i := 0; i < len(seg); i += row {
+			pos := first + i/row
+			if seg[i] != rowBase(tokens[pos], pos, layer, kv) || !bytes.Equal(floatBytes(seg[i+1:i+row]), tail) {
+				err = fmt.Errorf("simulate: imported KV of position %d (layer %d) differs from what the prefill wrote", pos, layer)
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
+
+// eachSegment calls f, until it returns false, with each run of rows of
+// positions [from, to) that lie next to each other in memory: in every
+// block, for each layer, the keys and then the values of the block's
+// positions from first on. Walking blocks in memory order, a few calls and
+// bounds checks per block, is what makes simulate mode's KV cost memory
+// bandwidth and little else.
+func eachSegment(c *kvcache.Cache, table []int, from, to int, f func(seg []float32, first, layer, kv int) bool) {
+	shape := c.Shape()
+	bs, row := shape.BlockSize, shape.KVHeads*shape.HeadDim
+	for first := from; first < to; {
+		block := c.Block(table[first/bs])
+		slot := first % bs
+		last := min(to, first-slot+bs)
 		for l := range shape.Layers {
-			for kv, row := range [2][]float32{c.K(b, l, slot), c.V(b, l, slot)} {
-				if row[0] != rowBase(tokens[pos], pos, l, kv) || !bytes.Equal(floatBytes(row[1:]), tail) {
-					return fmt.Errorf("simulate: imported KV of position %d (layer %d) differs from what the prefill wrote", pos, l)
+			for kv := range 2 {
+				base := (2*l + kv) * bs * row
+				if !f(block[base+slot*row:base+(slot+last-first)*row], first, l, kv) {
+					return
 				}
 			}
 		}
+		first = last
 	}
-	return nil
 }
 
 // floatBytes views f's memory as bytes, for a comparison that is exact to

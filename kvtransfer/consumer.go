@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,10 @@ type Consumer struct {
 	closed  bool
 	idle    map[string][]*idleConn // by producer address, most recently used last
 	regions map[string]*peerRegion // by producer address: the region it last advertised
+
+	// afterSharedCopy, when set (by tests, before use), runs between the
+	// copy out of a producer's region and the check of its generations.
+	afterSharedCopy func()
 }
 
 // ConsumerStats counts a consumer's transfers by the way their blocks came.
@@ -175,11 +178,12 @@ func (c *Consumer) expire(addr string, ic *idleConn) {
 // succeeds here and the producer's lease expiry frees them). Pull does not
 // wait for the producer's DONE that answers the ack: that is a round trip
 // the decode need not wait for, so it is read by the connection's next pull.
-// The exception is a producer on this host whose shared memory the blocks
-// were copied from: there the DONE is what proves the producer held the
-// blocks until the copy was over, so Pull waits for it. On any failure,
-// including ctx ending mid-transfer, the producer's lease stays in place for
-// a retry, a release or expiry, and the contents of dst are undefined.
+// That holds for blocks copied out of the shared memory of a producer on
+// this host too: their generation counters, read after the copy, prove that
+// the producer held them until the copy was over. On any failure, including
+// ctx ending mid-transfer, the producer's lease stays in place for a retry,
+// a release or expiry (unless it was freed, which a copy from shared memory
+// reports as ErrUnknownTransfer), and the contents of dst are undefined.
 func (c *Consumer) Pull(ctx context.Context, addr, remoteEngineID, key string, dst []int) (numTokens int, err error) {
 	return c.fetch(ctx, opPull, addr, remoteEngineID, key, dst)
 }
@@ -187,8 +191,7 @@ func (c *Consumer) Pull(ctx context.Context, addr, remoteEngineID, key string, d
 // Receive (Mooncake-shaped) registers with the producer at addr for key and
 // waits, until ctx ends, for the producer to export it and push the blocks
 // into dst. It may be called before the prefill has run. Like Pull, it
-// returns once its ack is sent, or its DONE has come after a copy from
-// shared memory.
+// returns once its ack is sent.
 func (c *Consumer) Receive(ctx context.Context, addr, remoteEngineID, key string, dst []int) (numTokens int, err error) {
 	return c.fetch(ctx, opPush, addr, remoteEngineID, key, dst)
 }
@@ -375,7 +378,7 @@ func (c *Consumer) exchange1(ctx context.Context, conn net.Conn, addr string, do
 	case typ == frameData:
 		return c.receiveStream(conn, key, payload, dst, next)
 	case typ == frameDataShared && region != nil:
-		return c.receiveShared(ctx, conn, region, payload, dst, next)
+		return c.receiveShared(ctx, conn, key, region, payload, dst, next)
 	}
 	return 0, fmt.Errorf("%w: got frame type %d, want data", ErrProtocol, typ)
 }
@@ -444,12 +447,15 @@ func (c *Consumer) receiveStream(conn net.Conn, key string, header []byte, dst [
 }
 
 // receiveShared copies the blocks a DATA_SHM frame places in the producer's
-// region into dst, acks, and waits for the DONE: the producer frees leased
-// blocks only on the ack or when the stream fails (and then it closes the
-// connection without a DONE), so the DONE proves that no block was freed,
-// and perhaps rewritten, while it was being copied.
-func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, r *peerRegion, payload []byte, dst []int, next *connState) (int, error) {
-	dh, offsets, err := parseSharedData(payload)
+// region into dst, checks that none was freed meanwhile, and acks. Like a
+// stream, it does not wait for the DONE: the producer frees leased blocks
+// on the ack, or else on Release, Close or expiry (which a lease whose
+// stream failed comes back to), and every free moves the freed blocks'
+// generation counters first, so a counter that still reads what the
+// producer sent proves that its block stayed leased, and unwritten, until
+// the copy was over.
+func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, key string, r *peerRegion, payload []byte, dst []int, next *connState) (int, error) {
+	dh, blocks, err := parseSharedData(payload)
 	if err != nil {
 		return 0, err
 	}
@@ -457,12 +463,12 @@ func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, r *peerRegi
 		return 0, err
 	}
 	bb := c.store.BlockBytes()
-	// Every offset is checked before a byte is copied: a producer that
-	// names memory outside its region is broken or hostile.
-	for i := range dst {
-		off := binary.BigEndian.Uint64(offsets[8*i:])
-		if off < sharedHeaderLen || bb > len(r.mem) || off > uint64(len(r.mem)-bb) {
-			return 0, fmt.Errorf("%w: block %d at offset %d lies outside the producer's region of %d bytes", ErrProtocol, i, off, len(r.mem))
+	// Every block is checked before a byte is copied: a producer that
+	// names memory outside its region's block area, or a block without a
+	// counter, is broken or hostile.
+	for i, blk := range blocks {
+		if _, ok := r.lay.slot(len(r.mem), blk.offset, bb); !ok {
+			return 0, fmt.Errorf("%w: block %d at offset %d lies outside the block area of the producer's region of %d bytes", ErrProtocol, i, blk.offset, len(r.mem))
 		}
 	}
 	for i, id := range dst {
@@ -475,25 +481,39 @@ func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, r *peerRegi
 		if len(b) != bb {
 			return 0, fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
 		}
-		off := binary.BigEndian.Uint64(offsets[8*i:])
+		off := blocks[i].offset
 		copy(b, r.mem[off:off+uint64(bb)])
 	}
-	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
-		return 0, err
+	if c.afterSharedCopy != nil {
+		c.afterSharedCopy()
 	}
-	if err := writeFrame(conn, frameAck, nil); err != nil {
-		return 0, fmt.Errorf("ack: %w", err)
+	// The copy's loads must be done before the counters are read, or a
+	// block rewritten after its counter was read could slip through. Go
+	// has no bare fence; its atomic read-modify-writes order every earlier
+	// load before every later one on the architectures it supports, while
+	// a load-acquire alone would not hold back the loads before it (arm64).
+	copyFence.Add(1)
+	for i, blk := range blocks {
+		pos, _ := r.lay.slot(len(r.mem), blk.offset, bb)
+		if got := counterAt(r.mem, pos).Load(); got != blk.generation {
+			return 0, fmt.Errorf("%w: the producer freed block %d of %d (generation %d, now %d) while it was being copied; the copy is void", ErrUnknownTransfer, i, len(blocks), blk.generation, got)
+		}
 	}
-	typ, _, err := readFrame(conn)
-	if err == nil && typ != frameDone {
-		err = fmt.Errorf("%w: got frame type %d, want done", ErrProtocol, typ)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("done (the producer's word that it held the blocks through the copy): %w", err)
-	}
+
+	// From here dst is complete and sound, so nothing turns this into a
+	// failure, as after a stream.
 	c.shared.Add(1)
-	*next = connState{reusable: true}
+	conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout))
+	if err := writeFrame(conn, frameAck, nil); err != nil {
+		c.log.Warn("kvtransfer: ack not sent; producer frees on lease expiry", "key", key, "err", err)
+		return int(dh.numTokens), nil
+	}
+	*next = connState{reusable: true, doneOwed: true}
 	return int(dh.numTokens), nil
 }
+
+// copyFence is the target of the read-modify-write that separates a copy
+// out of a producer's region from the check of its generation counters.
+var copyFence atomic.Uint32
 
 const maxInt = int(^uint(0) >> 1)

@@ -286,16 +286,32 @@ func streamAnswer(blocks [][]byte, numTokens int) func(net.Conn, requestMsg) err
 	}
 }
 
-// sharedAnswer answers a pull with a DATA_SHM frame naming offsets, which
+// sharedAnswer answers a pull with a DATA_SHM frame naming places, which
 // it sends whether or not the request asked for shared memory.
-func sharedAnswer(blocks, blockBytes, numTokens int, offsets []uint64) func(net.Conn, requestMsg) error {
+func sharedAnswer(blocks, blockBytes, numTokens int, places []sharedBlock) func(net.Conn, requestMsg) error {
 	return func(conn net.Conn, req requestMsg) error {
-		b, _ := appendJSONFrame(nil, frameAccept, acceptMsg{})
-		payload := sharedDataPayload(dataHeader{blocks: uint32(blocks), blockBytes: uint32(blockBytes), numTokens: uint64(numTokens)}, offsets)
-		b = append(b, make([]byte, headerLen)...)
-		putHeader(b[len(b)-headerLen:], frameDataShared, len(payload))
-		return finishAnswer(conn, append(b, payload...))
+		return finishAnswer(conn, sharedFrames(blocks, blockBytes, numTokens, places))
 	}
+}
+
+// sharedDataPayload is a DATA_SHM payload: the data header, then each
+// block's offset and generation.
+func sharedDataPayload(d dataHeader, blocks []sharedBlock) []byte {
+	b := make([]byte, dataHdrLen, dataHdrLen+sharedBlockLen*len(blocks))
+	copy(b, d.bytes())
+	for _, blk := range blocks {
+		b = appendSharedBlock(b, blk)
+	}
+	return b
+}
+
+// sharedFrames is an accept and a DATA_SHM frame naming places.
+func sharedFrames(blocks, blockBytes, numTokens int, places []sharedBlock) []byte {
+	b, _ := appendJSONFrame(nil, frameAccept, acceptMsg{})
+	payload := sharedDataPayload(dataHeader{blocks: uint32(blocks), blockBytes: uint32(blockBytes), numTokens: uint64(numTokens)}, places)
+	b = append(b, make([]byte, headerLen)...)
+	putHeader(b[len(b)-headerLen:], frameDataShared, len(payload))
+	return append(b, payload...)
 }
 
 // finishAnswer writes an answer, then answers an ack with a done; a

@@ -26,11 +26,36 @@
 // lease's blocks lie in the region instead of their bytes; the consumer
 // copies each block from its mapping into its own, and nothing but control
 // frames crosses TCP. If anything is in the way — another host or PID
-// namespace, another user, another region under that descriptor, a
-// consumer or producer with Config.DisableSharedMemory — the transfer simply
-// goes over TCP. The kernel lets only the producer's user (or root) open the
-// descriptor, and they can read the producer's memory anyway, so the region
-// exposes nothing new; the secret still guards every request.
+// namespace, another user, another region under that descriptor or of
+// another layout, a consumer or producer with Config.DisableSharedMemory,
+// blocks smaller than 512 bytes — the transfer simply goes over TCP. The
+// kernel lets only the producer's user (or root) open the descriptor, and
+// they can read the producer's memory anyway, so the region exposes nothing
+// new; the secret still guards every request.
+//
+// The region is a header page, a generation table and the blocks:
+//
+//	0     "OKVTSHM2", id (16 bytes), then big-endian u64s: the file's size, the
+//	      table's offset, its number of counters, the offset of the block area
+//	4096  the generation table: one u64 counter (native byte order, updated
+//	      atomically) per 512 bytes of block area, page-aligned
+//	data  the blocks (the memory SharedMemory.Bytes returns), page-aligned
+//
+// A block of block_bytes at offset off has the counter at index
+// (off-data)/block_bytes, so blocks that do not overlap never share one. The
+// producer adds one to the counters of a lease's blocks whenever it frees
+// them — after the ACK, on Release (at once, or once the stream it cut lets
+// go), on expiry (a lease whose stream failed goes back to the table and
+// expires), on Close — and always before the blocks go back to its cache. A
+// consumer maps the region only if the table and the block area lie within
+// it.
+//
+// This is what lets a transfer through shared memory end, like one over
+// TCP, with the consumer's ACK: the consumer copies the blocks, then reads
+// their counters, and if any differs from what the producer sent, the
+// producer freed (and may have reused) that block while it was being
+// copied, and the transfer fails with ErrUnknownTransfer instead of
+// keeping the copy; otherwise it acks, and does not wait for the DONE.
 //
 // # Wire format
 //
@@ -46,20 +71,20 @@
 //	producer → consumer  DATA     16 bytes: blocks u32, block_bytes u32, num_tokens u64 (big-endian),
 //	                              then blocks*block_bytes raw bytes, block after block, outside the frame
 //	                  or DATA_SHM (type 8, when the request said "shm" and every block of the lease lies in the
-//	                              region) the same 16 bytes, then one u64 offset per block, from the start of
-//	                              the region's file; the consumer refuses any block not wholly in its mapping;
-//	                              a lease of more blocks than one frame can list (8190) goes as DATA
+//	                              region's block area) the same 16 bytes, then per block two u64s (big-endian):
+//	                              its offset from the start of the region's file, and its generation counter as
+//	                              the lease was checked out for this transfer; the consumer refuses any block not
+//	                              wholly in the block area; a lease of more blocks than one frame can list (4095)
+//	                              goes as DATA
 //	consumer → producer  ACK      (empty); the producer frees its blocks only now
 //	producer → consumer  DONE     (empty)
 //
-// A transfer over DATA is complete for the consumer once its ACK is sent:
-// the DONE costs a round trip the decode need not wait for, so the consumer
-// reads it at the start of a pooled connection's next pull (or never, if it
-// closes the connection; the producer has read the ACK by the time it sends
-// the DONE). After a DATA_SHM the consumer waits for the DONE: the producer
-// frees a lease's blocks before the ACK only when the stream fails, and then
-// it closes the connection without a DONE, so the DONE is the consumer's
-// proof that no block it copied was freed, and perhaps reused, meanwhile.
+// A transfer is complete for the consumer once its ACK is sent — after a
+// DATA_SHM, once the copy is done and the counters are checked: the DONE
+// costs a round trip the decode need not wait for, so the consumer reads it
+// at the start of a pooled connection's next pull (or never, if it closes
+// the connection; the producer has read the ACK by the time it sends the
+// DONE).
 //
 // Peers that predate shared memory interoperate: each side ignores JSON
 // fields it does not know, and a producer sends DATA_SHM only to a request
@@ -96,7 +121,8 @@ import (
 // with context; match them with errors.Is.
 var (
 	// ErrUnknownTransfer: the producer holds no lease under the key (never
-	// exported, already claimed, released or expired), or a push waited
+	// exported, already claimed, released or expired), or freed it while
+	// the consumer copied its blocks out of shared memory, or a push waited
 	// longer than the producer's lease duration for the export.
 	ErrUnknownTransfer = errors.New("kvtransfer: unknown transfer")
 	// ErrEngineMismatch: the producer is not the engine the consumer expected.

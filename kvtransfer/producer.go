@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,8 +50,10 @@ type lease struct {
 	released  bool   // Release came while streaming; free at check-in
 	abort     func() // closes the streaming connection, so Release is prompt
 	// offsets are where the blocks lie in the producer's region, for a
-	// consumer that maps it; nil when some block lies outside it.
-	offsets []uint64
+	// consumer that maps it, and generations their counters there; both
+	// nil when some block lies outside it.
+	offsets     []uint64
+	generations []*atomic.Uint64
 }
 
 // waiter is a push consumer that arrived before its key was exported (or
@@ -100,7 +103,14 @@ func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 		conns:   make(map[net.Conn]struct{}),
 	}
 	if ss, ok := store.(sharedStore); ok && !cfg.DisableSharedMemory {
-		if p.region = ss.SharedMemory(); p.region != nil {
+		switch p.region = ss.SharedMemory(); {
+		case p.region == nil:
+		case store.BlockBytes() < sharedMinBlock:
+			// Two blocks could share a generation counter, and one's free
+			// would void copies of the other.
+			p.log.Info("kvtransfer: blocks too small for shared memory; consumers on this host use TCP", "block_bytes", store.BlockBytes(), "min", sharedMinBlock)
+			p.region = nil
+		default:
 			p.advert = p.region.advert()
 		}
 	}
@@ -168,7 +178,7 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 		return fmt.Errorf("kvtransfer: export %q: %w: numTokens %d", key, ErrInvalid, numTokens)
 	}
 	l := &lease{key: key, blocks: slices.Clone(blocks), numTokens: numTokens, deadline: p.cfg.Clock().Add(p.cfg.LeaseDuration)}
-	l.offsets = p.sharedOffsets(l.blocks)
+	l.offsets, l.generations = p.sharedOffsets(l.blocks)
 
 	p.mu.Lock()
 	if p.closed {
@@ -195,23 +205,31 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 	return nil
 }
 
-// sharedOffsets is where blocks lie in the producer's region, or nil when
-// there is no region, some block lies outside it, or there are more blocks
-// than one frame can list: such a lease goes over TCP to every consumer.
-func (p *Producer) sharedOffsets(blocks []int) []uint64 {
+// sharedOffsets is where blocks lie in the producer's region and their
+// generation counters, or nils when there is no region, some block lies
+// outside it, or there are more blocks than one frame can list: such a
+// lease goes over TCP to every consumer.
+func (p *Producer) sharedOffsets(blocks []int) ([]uint64, []*atomic.Uint64) {
 	if p.region == nil || len(blocks) > maxSharedBlocks {
-		return nil
+		return nil, nil
 	}
 	offsets := make([]uint64, len(blocks))
+	generations := make([]*atomic.Uint64, len(blocks))
+	bb := p.store.BlockBytes()
 	for i, id := range blocks {
-		off, ok := p.region.offset(p.store.Block(id))
-		if !ok {
-			p.log.Debug("kvtransfer: block outside the shared memory region; its lease goes over TCP", "block", id)
-			return nil
+		b := p.store.Block(id)
+		off, ok := p.region.offset(b)
+		var g *atomic.Uint64
+		if ok && len(b) == bb {
+			g = p.region.generation(off, bb)
 		}
-		offsets[i] = off
+		if g == nil {
+			p.log.Debug("kvtransfer: block outside the shared memory region; its lease goes over TCP", "block", id)
+			return nil, nil
+		}
+		offsets[i], generations[i] = off, g
 	}
-	return offsets
+	return offsets, generations
 }
 
 // Release drops key's lease without transferring and frees its blocks. If the
@@ -286,11 +304,19 @@ func (p *Producer) Stats() ProducerStats {
 }
 
 // dropLocked removes l from the table and returns its blocks for freeing
-// outside the lock.
+// outside the lock. Every free of leased blocks comes through here, so this
+// is where their generation counters move: before the blocks go back to the
+// store, and so before anyone can allocate and rewrite them, a consumer
+// still copying them out of the region finds the counters changed and
+// throws the copy away (the cache's own lock orders the add before any
+// later writer's stores).
 func (p *Producer) dropLocked(l *lease) []int {
 	delete(p.leases, l.key)
 	for _, id := range l.blocks {
 		delete(p.owned, id)
+	}
+	for _, g := range l.generations {
+		g.Add(1)
 	}
 	return l.blocks
 }
@@ -618,11 +644,10 @@ func (p *Producer) push(conn net.Conn, req *requestMsg, accept []byte, log *slog
 
 // stream sends l's blocks straight from the store's memory, after prefix
 // (the pull's accept) in the same writev — or, to a consumer that has the
-// producer's region mapped (shared), only where they lie in it — waits for
-// the consumer's ack, and only then frees them. The DONE that answers the
-// ack is the caller's to send; for a shared transfer, it is the consumer's
-// proof that the blocks stayed leased while it copied them. It reports
-// whether the consumer acknowledged every byte.
+// producer's region mapped (shared), only where they lie in it and their
+// generations — waits for the consumer's ack, and only then frees them. The
+// DONE that answers the ack is the caller's to send. It reports whether the
+// consumer acknowledged every byte.
 func (p *Producer) stream(conn net.Conn, l *lease, prefix []byte, shared bool, log *slog.Logger) bool {
 	start := time.Now()
 	var err error
@@ -676,14 +701,19 @@ func (p *Producer) sendBlocks(conn net.Conn, l *lease, prefix []byte) error {
 	return nil
 }
 
-// sendOffsets sends, after prefix, a DATA_SHM frame: the data header and
-// the offset of every block in the producer's region.
+// sendOffsets sends, after prefix, a DATA_SHM frame: the data header, and
+// the offset of every block in the producer's region with its generation.
+// The lease is checked out, so nothing frees its blocks, and no counter
+// read here moves, until this stream checks it back in.
 func (p *Producer) sendOffsets(conn net.Conn, l *lease, prefix []byte) error {
-	payload := sharedDataPayload(dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(p.store.BlockBytes()), numTokens: uint64(l.numTokens)}, l.offsets)
-	b := make([]byte, len(prefix)+headerLen+len(payload))
+	n := dataHdrLen + sharedBlockLen*len(l.offsets)
+	b := make([]byte, len(prefix)+headerLen, len(prefix)+headerLen+n)
 	copy(b, prefix)
-	putHeader(b[len(prefix):], frameDataShared, len(payload))
-	copy(b[len(prefix)+headerLen:], payload)
+	putHeader(b[len(prefix):], frameDataShared, n)
+	b = append(b, dataHeader{blocks: uint32(len(l.blocks)), blockBytes: uint32(p.store.BlockBytes()), numTokens: uint64(l.numTokens)}.bytes()...)
+	for i, off := range l.offsets {
+		b = appendSharedBlock(b, sharedBlock{offset: off, generation: l.generations[i].Load()})
+	}
 	if err := conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
 		return err
 	}

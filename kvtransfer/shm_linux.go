@@ -43,43 +43,46 @@ func releaseSharedMemory(fd int, mem []byte) error {
 // a privileged one) open it. Anything but a sealed regular file of the
 // advertised size whose header carries the advertised id is refused, so a
 // consumer on another host, in another PID namespace or looking at a reused
-// PID ends up on TCP rather than reading someone else's memory. The open is
+// PID ends up on TCP rather than reading someone else's memory, and so does
+// one whose header places the generation table or the blocks outside the
+// file. It returns the mapping and the region's layout. The open is
 // non-blocking so that a descriptor that turns out to be a FIFO cannot hang
 // it.
-func mapSharedRegion(adv *sharedAdvert) ([]byte, error) {
+func mapSharedRegion(adv *sharedAdvert) ([]byte, sharedLayout, error) {
 	if adv.PID <= 0 || adv.FD < 0 || adv.Size < sharedHeaderLen || adv.Size > int64(maxInt) || len(adv.ID) != sharedIDLen {
-		return nil, fmt.Errorf("%w: malformed shared memory advert", ErrProtocol)
+		return nil, sharedLayout{}, fmt.Errorf("%w: malformed shared memory advert", ErrProtocol)
 	}
 	path := fmt.Sprintf("/proc/%d/fd/%d", adv.PID, adv.FD)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, sharedLayout{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	// The mapping outlives the descriptor.
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+		return nil, sharedLayout{}, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != adv.Size {
-		return nil, fmt.Errorf("%s: want a regular file of %d bytes, found mode %o and %d bytes", path, adv.Size, st.Mode, st.Size)
+		return nil, sharedLayout{}, fmt.Errorf("%s: want a regular file of %d bytes, found mode %o and %d bytes", path, adv.Size, st.Mode, st.Size)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "fcntl F_GET_SEALS", Path: path, Err: err}
+		return nil, sharedLayout{}, &os.PathError{Op: "fcntl F_GET_SEALS", Path: path, Err: err}
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("%s: not sealed against shrinking", path)
+		return nil, sharedLayout{}, fmt.Errorf("%s: not sealed against shrinking", path)
 	}
 	mem, err := unix.Mmap(fd, 0, int(adv.Size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+		return nil, sharedLayout{}, &os.PathError{Op: "mmap", Path: path, Err: err}
 	}
-	if err := checkSharedHeader(mem, adv); err != nil {
+	lay, err := checkSharedHeader(mem, adv)
+	if err != nil {
 		unix.Munmap(mem)
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, sharedLayout{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return mem, nil
+	return mem, lay, nil
 }
 
 func releasePeerMapping(mem []byte) { unix.Munmap(mem) }

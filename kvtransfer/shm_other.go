@@ -16,8 +16,8 @@ func newSharedMemory(int) (int, []byte, error) {
 
 func releaseSharedMemory(int, []byte) error { return nil }
 
-func mapSharedRegion(*sharedAdvert) ([]byte, error) {
-	return nil, fmt.Errorf("shared memory: %w", errors.ErrUnsupported)
+func mapSharedRegion(*sharedAdvert) ([]byte, sharedLayout, error) {
+	return nil, sharedLayout{}, fmt.Errorf("shared memory: %w", errors.ErrUnsupported)
 }
 
 func releasePeerMapping([]byte) {}

@@ -4,7 +4,9 @@ package kvtransfer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"os"
@@ -25,17 +27,18 @@ func newRegion(t *testing.T, size int) *SharedMemory {
 }
 
 // sharedBlocks fills n blocks of bb bytes at the start of m's memory with
-// the pattern of seed and returns their bytes and offsets.
-func sharedBlocks(m *SharedMemory, n, bb int, seed uint64) ([][]byte, []uint64) {
+// the pattern of seed and returns their bytes and places (offset and
+// generation), as a producer would send them.
+func sharedBlocks(m *SharedMemory, n, bb int, seed uint64) ([][]byte, []sharedBlock) {
 	var blocks [][]byte
-	var offsets []uint64
+	var places []sharedBlock
 	for i := range n {
 		b := m.Bytes()[i*bb : (i+1)*bb]
 		pattern(b, seed<<20+uint64(i))
 		off, _ := m.offset(b)
-		blocks, offsets = append(blocks, b), append(offsets, off)
+		blocks, places = append(blocks, b), append(places, sharedBlock{offset: off, generation: m.generation(off, bb).Load()})
 	}
-	return blocks, offsets
+	return blocks, places
 }
 
 // TestSharedMemoryFallsBackToTCP: whatever keeps a consumer from mapping
@@ -67,6 +70,14 @@ func TestSharedMemoryFallsBackToTCP(t *testing.T) {
 	}
 	notRegion := *real
 	notRegion.FD = int(plain.Fd())
+	// Regions whose header a consumer must not trust: another layout, and
+	// a generation table that overruns the file.
+	oldLayout := newRegion(t, n*bb)
+	copy(oldLayout.mem, "OKVTSHM1")
+	badTable := newRegion(t, n*bb)
+	binary.BigEndian.PutUint64(badTable.mem[sharedEntriesOff:], uint64(len(badTable.mem)))
+	badData := newRegion(t, n*bb)
+	binary.BigEndian.PutUint64(badData.mem[sharedDataOff:], uint64(len(badData.mem))+1)
 
 	tests := []struct {
 		name    string
@@ -81,6 +92,9 @@ func TestSharedMemoryFallsBackToTCP(t *testing.T) {
 		{name: "short id", advert: withID(real.ID[:8])},
 		{name: "other size", advert: &withSize},
 		{name: "not a sealed region", advert: &notRegion},
+		{name: "another layout", advert: oldLayout.advert()},
+		{name: "table past the end", advert: badTable.advert()},
+		{name: "blocks past the end", advert: badData.advert()},
 		{name: "consumer opts out", advert: real, optOut: true},
 	}
 	for _, tt := range tests {
@@ -117,16 +131,17 @@ func TestSharedMemoryBadOffsets(t *testing.T) {
 	region := newRegion(t, 4*bb)
 	_, good := sharedBlocks(region, n, bb, 22)
 	size := uint64(region.advert().Size)
+	at := func(off uint64) sharedBlock { return sharedBlock{offset: off} }
 	tests := []struct {
 		name    string
 		advert  *sharedAdvert
-		offsets []uint64
-		blocks  int
+		offsets []sharedBlock
 	}{
-		{name: "past the end", advert: region.advert(), offsets: []uint64{good[0], size}},
-		{name: "straddling the end", advert: region.advert(), offsets: []uint64{good[0], size - bb + 1}},
-		{name: "in the header", advert: region.advert(), offsets: []uint64{0, good[1]}},
-		{name: "wrapping around", advert: region.advert(), offsets: []uint64{good[0], math.MaxUint64 - bb + 2}},
+		{name: "past the end", advert: region.advert(), offsets: []sharedBlock{good[0], at(size)}},
+		{name: "straddling the end", advert: region.advert(), offsets: []sharedBlock{good[0], at(size - bb + 1)}},
+		{name: "in the header", advert: region.advert(), offsets: []sharedBlock{at(0), good[1]}},
+		{name: "in the generation table", advert: region.advert(), offsets: []sharedBlock{good[0], at(sharedHeaderLen)}},
+		{name: "wrapping around", advert: region.advert(), offsets: []sharedBlock{good[0], at(math.MaxUint64 - bb + 2)}},
 		{name: "fewer offsets than blocks", advert: region.advert(), offsets: good[:1]},
 		{name: "not asked for", advert: nil, offsets: good},
 	}
@@ -169,10 +184,14 @@ func TestSharedMemoryWhenNot(t *testing.T) {
 			s.shm = newRegion(t, 2*n*bb)
 			return s
 		}, offers: true},
+		// Blocks smaller than a generation counter's share of the region
+		// could share one.
+		{name: "blocks too small", store: func(t *testing.T) *slabStore { return newSharedSlabStore(t, sharedMinBlock/2, 2*n) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ps := tt.store(t)
+			bb := ps.bb
 			p, err := NewProducer(Config{EngineID: testEngine, Shape: testShape, IOTimeout: testIOTimeout, DisableSharedMemory: tt.optOut, Logger: testLogger(t)}, ps)
 			if err != nil {
 				t.Fatal(err)
@@ -335,5 +354,231 @@ func TestSharedMemoryReleased(t *testing.T) {
 	}
 	if fds, maps := memfds(t); fds != fds0 || maps != maps0 {
 		t.Errorf("after Close: %d region descriptors, %d mappings; want %d and %d", fds, maps, fds0, maps0)
+	}
+}
+
+// TestSharedMemoryStaleGeneration: a block whose counter no longer reads
+// what the producer sent was freed since, so the copy is void: the pull
+// fails as an unknown transfer and acks nothing.
+func TestSharedMemoryStaleGeneration(t *testing.T) {
+	checkGoroutines(t)
+	const n, bb = 3, 4096
+	region := newRegion(t, n*bb)
+	_, places := sharedBlocks(region, n, bb, 25)
+	region.generation(places[1].offset, bb).Add(1) // freed after the lease was checked out
+	acked := make(chan bool, 1)
+	f := newFakeProducer(t, region.advert(), func(conn net.Conn, req requestMsg) error {
+		if _, err := conn.Write(sharedFrames(n, bb, 30, places)); err != nil {
+			return err
+		}
+		typ, _, err := readFrame(conn)
+		acked <- err == nil && typ == frameAck
+		return nil
+	})
+	cs := newSlabStore(bb, n)
+	c := NewConsumer(Config{Shape: testShape, IOTimeout: testIOTimeout, Logger: testLogger(t)}, cs)
+	defer c.Close()
+	dst := cs.allocate(t, n)
+	_, err := c.Pull(testCtx(t), f.addr(), testEngine, "k", dst)
+	if !errors.Is(err, ErrUnknownTransfer) {
+		t.Fatalf("err = %v, want ErrUnknownTransfer", err)
+	}
+	t.Log(err)
+	if <-acked {
+		t.Error("the consumer acked a void copy")
+	}
+	if st := c.Stats(); st.SharedTransfers != 0 || st.StreamedTransfers != 0 {
+		t.Errorf("stats = %+v, want no completed transfer", st)
+	}
+	if n := c.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections after a failed pull, want 0", n)
+	}
+}
+
+// TestSharedMemoryFreedDuringCopy: whichever way the producer frees a lease
+// while a consumer is between its copy and its check — Release aborting the
+// stream, Close, or expiry after the stream failed — the consumer reports
+// the transfer as unknown rather than keep blocks that may have been
+// rewritten meanwhile (here they are).
+func TestSharedMemoryFreedDuringCopy(t *testing.T) {
+	checkGoroutines(t)
+	const n = 4
+	// dropStream fails the producer's side of every stream, as an IO
+	// timeout would.
+	dropStream := func(r *rig) {
+		r.p.mu.Lock()
+		for c := range r.p.conns {
+			c.Close()
+		}
+		r.p.mu.Unlock()
+	}
+	tests := []struct {
+		name string
+		free func(t *testing.T, r *rig)
+		want ProducerStats
+	}{
+		{name: "release", free: func(t *testing.T, r *rig) {
+			if !r.p.Release("k") {
+				t.Error("Release = false")
+			}
+		}, want: ProducerStats{Released: 1}},
+		{name: "close", free: func(t *testing.T, r *rig) {
+			if err := r.p.Close(); err != nil {
+				t.Error(err)
+			}
+		}, want: ProducerStats{Released: 1}},
+		{name: "expiry after a failed stream", free: func(t *testing.T, r *rig) {
+			dropStream(r)
+			waitFor(t, "the stream to fail", func() bool { return r.p.Stats().Streaming == 0 })
+			r.clock.Advance(testLease)
+			r.p.ExpireNow()
+		}, want: ProducerStats{Expired: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{shared: true})
+			r.export(t, "k", n, 26)
+			copied := false
+			r.c.afterSharedCopy = func() {
+				copied = true
+				tt.free(t, r)
+				waitFor(t, "the producer to free the lease", func() bool { return r.ps.inUse() == 0 })
+				// The engine takes the blocks back and writes over them.
+				reused := r.ps.allocate(t, n)
+				fill(r.ps, reused, 99)
+				r.ps.Free(reused)
+			}
+			dst := r.cs.allocate(t, n)
+			defer r.cs.Free(dst)
+			_, err := r.c.Pull(testCtx(t), r.addr, testEngine, "k", dst)
+			if !copied {
+				t.Fatalf("the pull never reached its check: %v", err)
+			}
+			if !errors.Is(err, ErrUnknownTransfer) {
+				t.Fatalf("err = %v, want ErrUnknownTransfer", err)
+			}
+			t.Log(err)
+			if st := r.c.Stats(); st.SharedTransfers != 0 {
+				t.Errorf("stats = %+v, want no completed transfer", st)
+			}
+			if n := r.c.IdleConns(); n != 0 {
+				t.Errorf("%d idle connections after a failed pull, want 0", n)
+			}
+			wantStats(t, r.p, tt.want)
+		})
+	}
+}
+
+// TestSharedMemoryPullDoesNotWaitForDone: a pull out of shared memory is
+// complete once its ack is sent, as over TCP: a producer that holds back
+// its DONE does not hold back the pull, and the next pull on the pooled
+// connection reads that DONE first.
+func TestSharedMemoryPullDoesNotWaitForDone(t *testing.T) {
+	checkGoroutines(t)
+	const n, bb = 2, 4096
+	region := newRegion(t, 2*n*bb)
+	_, all := sharedBlocks(region, 2*n, bb, 27)
+	first, second := all[:n], all[n:]
+	sendDone := make(chan struct{})
+	later := make(chan requestMsg, 1)
+	f := newFakeProducer(t, region.advert(), func(conn net.Conn, req requestMsg) error {
+		for i, places := range [][]sharedBlock{first, second} {
+			if !req.SharedMemory {
+				return errors.New("the request does not ask for shared memory")
+			}
+			if _, err := conn.Write(sharedFrames(n, bb, 20+i, places)); err != nil {
+				return err
+			}
+			if typ, _, err := readFrame(conn); err != nil || typ != frameAck {
+				return fmt.Errorf("want an ack: type %d, %v", typ, err)
+			}
+			if i == 1 {
+				return writeFrame(conn, frameDone, nil)
+			}
+			// The DONE, and the next hello with it, only once the test
+			// has seen the first pull return.
+			<-sendDone
+			b, _ := appendJSONFrame(doneFrame, frameHello, helloMsg{Nonce: make([]byte, nonceLen), SharedMemory: region.advert()})
+			if _, err := conn.Write(b); err != nil {
+				return err
+			}
+			if err := readJSON(conn, frameRequest, &req); err != nil {
+				return err
+			}
+			later <- req
+		}
+		return nil
+	})
+	cs := newSlabStore(bb, 2*n)
+	c := NewConsumer(Config{Shape: testShape, IOTimeout: testIOTimeout, Logger: testLogger(t)}, cs)
+	defer c.Close()
+
+	dst := cs.allocate(t, n)
+	got, err := c.Pull(testCtx(t), f.addr(), testEngine, "a", dst)
+	close(sendDone)
+	if err != nil {
+		t.Fatalf("first pull: %v", err)
+	}
+	if got != 20 {
+		t.Errorf("first pull: numTokens = %d, want 20", got)
+	}
+	checkPattern(t, cs, dst, 27)
+	if n := c.IdleConns(); n != 1 {
+		t.Fatalf("%d idle connections after the first pull, want 1", n)
+	}
+
+	dst2 := cs.allocate(t, n)
+	if got, err = c.Pull(testCtx(t), f.addr(), testEngine, "b", dst2); err != nil {
+		t.Fatalf("second pull: %v", err)
+	}
+	if got != 21 {
+		t.Errorf("second pull: numTokens = %d, want 21", got)
+	}
+	want := make([]byte, bb)
+	for i, id := range dst2 {
+		pattern(want, 27<<20+uint64(n+i))
+		if !bytes.Equal(cs.Block(id), want) {
+			t.Fatalf("second pull: block %d differs", i)
+		}
+	}
+	if req := <-later; req.Key != "b" {
+		t.Errorf("second request on the kept connection is for %q, want b", req.Key)
+	}
+	if len(f.requests) != 1 {
+		t.Errorf("the fake producer saw %d connections, want 1", len(f.requests))
+	}
+	if st := c.Stats(); st.SharedTransfers != 2 {
+		t.Errorf("stats = %+v, want two shared transfers", st)
+	}
+}
+
+// TestSharedLayout: the generation table has a counter for every block of
+// at least sharedMinBlock bytes, blocks that do not overlap never share one,
+// and the block area starts page-aligned after the table.
+func TestSharedLayout(t *testing.T) {
+	for _, size := range []int{1, sharedMinBlock, 4096, 64 << 20, 64<<20 + 3} {
+		l, total, ok := newSharedLayout(size)
+		if !ok {
+			t.Fatalf("size %d: no layout", size)
+		}
+		if l.data%sharedPage != 0 || l.table != sharedHeaderLen || l.table+8*l.entries > l.data || total != int(l.data)+size {
+			t.Fatalf("size %d: layout %+v, total %d", size, l, total)
+		}
+		for _, bb := range []int{sharedMinBlock, sharedMinBlock + 8, 4096} {
+			if bb > size {
+				continue
+			}
+			seen := map[uint64]bool{}
+			for off := l.data; off+uint64(bb) <= uint64(total); off += uint64(bb) {
+				pos, ok := l.slot(total, off, bb)
+				if !ok || seen[pos] {
+					t.Fatalf("size %d, blocks of %d: block at %d has counter %d (ok %v), seen before: %v", size, bb, off, pos, ok, seen[pos])
+				}
+				seen[pos] = true
+			}
+		}
+	}
+	if _, _, ok := newSharedLayout(maxInt); ok {
+		t.Error("a layout for a region of maxInt bytes")
 	}
 }

@@ -33,7 +33,8 @@ const (
 	frameAck     byte = 6
 	frameDone    byte = 7
 	// frameDataShared answers a request that asked for shared memory: the
-	// data header, then where each block lies in the producer's region.
+	// data header, then where each block lies in the producer's region and
+	// its generation.
 	frameDataShared byte = 8
 )
 
@@ -257,20 +258,27 @@ func parseDataHeader(b []byte) (dataHeader, error) {
 	}, nil
 }
 
-// sharedDataPayload is a DATA_SHM payload: the data header, then the
-// offset of each block in the producer's region (uint64, big-endian).
-func sharedDataPayload(d dataHeader, offsets []uint64) []byte {
-	b := make([]byte, dataHdrLen, dataHdrLen+8*len(offsets))
-	copy(b, d.bytes())
-	for _, off := range offsets {
-		b = binary.BigEndian.AppendUint64(b, off)
-	}
-	return b
+// sharedBlock is one block of a DATA_SHM frame: where it lies in the
+// producer's region, and its generation counter as it read when the lease
+// was checked out for this transfer.
+type sharedBlock struct {
+	offset, generation uint64
 }
 
-// parseSharedData splits a DATA_SHM payload into its header and the raw
-// offsets (8 bytes each), which the caller bounds-checks as it reads them.
-func parseSharedData(b []byte) (dataHeader, []byte, error) {
+// sharedBlockLen is a sharedBlock's size on the wire: offset, then
+// generation, each a big-endian uint64.
+const sharedBlockLen = 16
+
+// appendSharedBlock appends one block of a DATA_SHM payload, which is the
+// data header and then one of these per block.
+func appendSharedBlock(b []byte, blk sharedBlock) []byte {
+	b = binary.BigEndian.AppendUint64(b, blk.offset)
+	return binary.BigEndian.AppendUint64(b, blk.generation)
+}
+
+// parseSharedData splits a DATA_SHM payload into its header and its
+// blocks, which the caller bounds-checks before it uses them.
+func parseSharedData(b []byte) (dataHeader, []sharedBlock, error) {
 	if len(b) < dataHdrLen {
 		return dataHeader{}, nil, fmt.Errorf("%w: shared data frame of %d bytes", ErrProtocol, len(b))
 	}
@@ -278,16 +286,23 @@ func parseSharedData(b []byte) (dataHeader, []byte, error) {
 	if err != nil {
 		return dataHeader{}, nil, err
 	}
-	offs := b[dataHdrLen:]
-	if uint64(len(offs)) != 8*uint64(d.blocks) {
-		return dataHeader{}, nil, fmt.Errorf("%w: shared data frame has %d bytes of offsets for %d blocks", ErrProtocol, len(offs), d.blocks)
+	rest := b[dataHdrLen:]
+	if uint64(len(rest)) != sharedBlockLen*uint64(d.blocks) {
+		return dataHeader{}, nil, fmt.Errorf("%w: shared data frame has %d bytes of block places for %d blocks", ErrProtocol, len(rest), d.blocks)
 	}
-	return d, offs, nil
+	blocks := make([]sharedBlock, d.blocks)
+	for i := range blocks {
+		blocks[i] = sharedBlock{
+			offset:     binary.BigEndian.Uint64(rest[sharedBlockLen*i:]),
+			generation: binary.BigEndian.Uint64(rest[sharedBlockLen*i+8:]),
+		}
+	}
+	return d, blocks, nil
 }
 
-// maxSharedBlocks is how many block offsets fit in one control frame; a
-// lease of more blocks goes over TCP.
-const maxSharedBlocks = (maxControl - dataHdrLen) / 8
+// maxSharedBlocks is how many blocks fit in one DATA_SHM frame; a lease of
+// more blocks goes over TCP.
+const maxSharedBlocks = (maxControl - dataHdrLen) / sharedBlockLen
 
 // mac computes HMAC-SHA256 over the role and length-prefixed fields, so no
 // two different field lists share an input and a consumer proof can never be

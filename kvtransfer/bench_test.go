@@ -74,14 +74,8 @@ func benchmarkPull(b *testing.B, tr transport) {
 			// after the next op has begun.
 			ps, cs := slabStoreFor(b, tr, benchBlockBytes, 2*n), newSlabStore(benchBlockBytes, n)
 			cs.descending = true
-			src := ps.allocate(b, n)
-			fill(ps, src, 42)
-			ps.Free(src)
-			// Fault the destination in up front, as a long-running engine's
-			// pool would be, so the first op does not pay for page faults.
-			warm := cs.allocate(b, n)
-			fill(cs, warm, 7)
-			cs.Free(warm)
+			all := ps.allocate(b, 2*n)
+			fill(ps, all, 42)
 
 			p, err := NewProducer(Config{EngineID: "prefill-0", Shape: benchShape}, ps)
 			if err != nil {
@@ -91,6 +85,28 @@ func benchmarkPull(b *testing.B, tr transport) {
 			c := NewConsumer(Config{Shape: benchShape}, cs)
 			defer c.Close()
 			addr := p.Addr().String()
+			// Fault everything in up front, as a long-running engine's
+			// pools would be, so that no op pays for a first touch: a pull
+			// out of each half of the producer's slab (an op may find either
+			// half free) also maps every page of a shared region into the
+			// consumer, and writes every page of the destination.
+			for j, half := range [][]int{all[:n], all[n:]} {
+				key := "warm-" + strconv.Itoa(j)
+				if err := p.Export(key, half, tokens); err != nil {
+					b.Fatal(err)
+				}
+				dst := cs.allocate(b, n)
+				if _, err := c.Pull(b.Context(), addr, "prefill-0", key, dst); err != nil {
+					b.Fatal(err)
+				}
+				cs.Free(dst)
+			}
+			for deadline := time.Now().Add(10 * time.Second); p.Stats().Completed < 2; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					b.Fatal("the producer never freed the warm-up pulls' blocks")
+				}
+			}
+			var src []int
 
 			b.SetBytes(int64(n * benchBlockBytes))
 			b.ReportAllocs()
@@ -186,10 +202,22 @@ func BenchmarkRawTCP(b *testing.B) {
 // prompt of about 170 tokens, 11 blocks of 16 KiB. What matters here is not
 // bandwidth but the fixed cost of a transfer (connection, handshake, round
 // trips), so it reports latency per transfer; secret=on adds the HMACs both
-// ways.
-func BenchmarkPullSmall(b *testing.B) { forEachBenchTransport(b, benchmarkPullSmall) }
+// ways. Pulls follow each other back to back, so a frame a pull leaves
+// unread (the DONE) is waited for by the next one.
+func BenchmarkPullSmall(b *testing.B) {
+	forEachBenchTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, 0) })
+}
 
-func benchmarkPullSmall(b *testing.B, tr transport) {
+// BenchmarkPullSmallIdle is BenchmarkPullSmall at one client: the data path
+// idles for a millisecond between pulls (the timer stopped), as it does
+// between a decode's pulls, so whatever a pull leaves to the producer after
+// its ack has happened before the next one starts, both sides are asleep
+// when it does, and ns/op is a pull's latency on the decode's critical path.
+func BenchmarkPullSmallIdle(b *testing.B) {
+	forEachBenchTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, time.Millisecond) })
+}
+
+func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {
 	const n, bb = 11, 16 << 10
 	for _, secret := range []string{"", "s3cret"} {
 		name := "secret=off"
@@ -213,11 +241,18 @@ func benchmarkPullSmall(b *testing.B, tr transport) {
 			for b.Loop() {
 				key := "small-" + strconv.Itoa(i)
 				i++
+				if idle > 0 {
+					b.StopTimer()
+					time.Sleep(idle)
+				}
 				src := ps.allocate(b, n)
 				if err := p.Export(key, src, n*16); err != nil {
 					b.Fatal(err)
 				}
 				dst := cs.allocate(b, n)
+				if idle > 0 {
+					b.StartTimer()
+				}
 				if _, err := c.Pull(b.Context(), addr, "prefill-0", key, dst); err != nil {
 					b.Fatal(err)
 				}

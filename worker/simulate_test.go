@@ -120,7 +120,7 @@ func TestSimulatedPDOverConnector(t *testing.T) {
 				t.Errorf("%d KV imports failed", s.KVImportFailures)
 			}
 			for name, w := range map[string]*testWorker{"colocated": colocated, "prefill": prefill, "decode": decode} {
-				if u := w.eng.Cache().Used(); u != 0 {
+				if u := blocksHeldAtRest(w); u != 0 {
 					t.Errorf("%s worker holds %d KV blocks", name, u)
 				}
 			}

@@ -45,16 +45,8 @@ func TestSupervisorRestartsAKilledWorker(t *testing.T) {
 	MinBackoff = 50 * time.Millisecond
 	var mu sync.Mutex
 	var lines []string
-	s, err := Supervise(omnipdBin, Spec{Name: "thinker-0"}, os.Stderr, func(l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() })
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := superviseHealthy(t, Spec{Name: "thinker-0"}, func(l string) { mu.Lock(); lines = append(lines, l); mu.Unlock() })
 	defer s.Stop(5 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
 	url := s.URL()
 
 	// Load while the worker dies.
@@ -118,18 +110,8 @@ func TestSupervisorRestartsAKilledWorker(t *testing.T) {
 
 // Stop leaves no process behind, and a stopped worker is not restarted.
 func TestStopLeavesNoProcess(t *testing.T) {
-	s, err := Supervise(omnipdBin, Spec{Name: "w"}, os.Stderr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	pid := s.current.cmd.Process.Pid
-	s.mu.Unlock()
+	s := superviseHealthy(t, Spec{Name: "w"}, nil)
+	pid := currentPID(s)
 	if err := s.Stop(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -144,20 +126,9 @@ func TestStopLeavesNoProcess(t *testing.T) {
 
 // A worker given a share of the host runs with that GOMAXPROCS.
 func TestWorkerGetsItsShareOfTheHost(t *testing.T) {
-	s, err := Supervise(omnipdBin, Spec{Name: "w", Procs: 3}, os.Stderr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := superviseHealthy(t, Spec{Name: "w", Procs: 3}, nil)
 	defer s.Stop(5 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	pid := s.current.cmd.Process.Pid
-	s.mu.Unlock()
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", currentPID(s)))
 	if err != nil {
 		t.Skipf("cannot read the worker's environment here: %v", err)
 	}
@@ -170,4 +141,28 @@ func TestWorkerGetsItsShareOfTheHost(t *testing.T) {
 	if len(got) == 0 || got[len(got)-1] != "GOMAXPROCS=3" {
 		t.Errorf("worker environment has %v, want GOMAXPROCS=3 last", got)
 	}
+}
+
+// superviseHealthy starts a supervised worker for spec and waits until it
+// answers /health. The caller stops it.
+func superviseHealthy(t *testing.T, spec Spec, progress func(string)) *Supervisor {
+	t.Helper()
+	s, err := Supervise(omnipdBin, spec, os.Stderr, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitHealthy(ctx); err != nil {
+		s.Stop(5 * time.Second)
+		t.Fatal(err)
+	}
+	return s
+}
+
+// currentPID is the process id of the worker s runs now.
+func currentPID(s *Supervisor) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current.cmd.Process.Pid
 }

@@ -353,11 +353,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			switch {
 			case isEOF(err):
 				// The end of the upstream leg normally came in the read that
-				// brought its [DONE], so closing it costs nothing here; then
-				// the [DONE] leaves with the end of this body, in the write
-				// net/http makes when the handler returns. A client that
-				// stops reading at [DONE] then finds the body ended and can
-				// reuse the connection.
+				// brought its [DONE], and a concurrent prefill leg has
+				// answered long before its decode ends, so closing the
+				// result costs nothing here; then the [DONE] leaves with the
+				// end of this body, in the write net/http makes when the
+				// handler returns. A client that stops reading at [DONE]
+				// then finds the body ended and can reuse the connection.
+				// (Should the close wait, for a prefill that hangs after
+				// exporting its KV, the end of the body would have waited
+				// for it anyway.)
 				res.Close()
 				return sse.QueueDone()
 			case errors.As(err, &ue) && ue.Body != nil:

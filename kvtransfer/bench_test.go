@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -21,18 +20,6 @@ const (
 )
 
 var benchTokens = []int{1024, 8192}
-
-// forEachBenchTransport runs bench as a sub-benchmark per transport.
-func forEachBenchTransport(b *testing.B, bench func(*testing.B, transport)) {
-	for _, tr := range transports {
-		b.Run(tr.name, func(b *testing.B) {
-			if tr.shared && runtime.GOOS != "linux" {
-				b.Skip("shared memory is Linux-only")
-			}
-			bench(b, tr)
-		})
-	}
-}
 
 // slabStoreFor is a producer's slab for tr: in shared memory or not.
 func slabStoreFor(tb testing.TB, tr transport, blockBytes, numBlocks int) *slabStore {
@@ -61,7 +48,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 // BenchmarkPull moves a whole prefill's KV through the real data path per
 // op: Export, dial, handshake, stream (tcp) or copy out of the producer's
 // shared memory (shm), ack, free.
-func BenchmarkPull(b *testing.B) { forEachBenchTransport(b, benchmarkPull) }
+func BenchmarkPull(b *testing.B) { forEachTransport(b, benchmarkPull) }
 
 func benchmarkPull(b *testing.B, tr transport) {
 	for _, tokens := range benchTokens {
@@ -205,7 +192,7 @@ func BenchmarkRawTCP(b *testing.B) {
 // ways. Pulls follow each other back to back, so a frame a pull leaves
 // unread (the DONE) is waited for by the next one.
 func BenchmarkPullSmall(b *testing.B) {
-	forEachBenchTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, 0) })
+	forEachTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, 0) })
 }
 
 // BenchmarkPullSmallIdle is BenchmarkPullSmall at one client: the data path
@@ -214,7 +201,7 @@ func BenchmarkPullSmall(b *testing.B) {
 // its ack has happened before the next one starts, both sides are asleep
 // when it does, and ns/op is a pull's latency on the decode's critical path.
 func BenchmarkPullSmallIdle(b *testing.B) {
-	forEachBenchTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, time.Millisecond) })
+	forEachTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, time.Millisecond) })
 }
 
 func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {

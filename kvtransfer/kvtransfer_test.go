@@ -52,14 +52,17 @@ func (tr transport) opts(o rigOpts) rigOpts {
 
 var transports = []transport{{name: "tcp"}, {name: "shm", shared: true}}
 
-// forEachTransport runs test as a subtest per transport.
-func forEachTransport(t *testing.T, test func(*testing.T, transport)) {
+// forEachTransport runs test as a subtest (or sub-benchmark) per transport.
+func forEachTransport[T interface {
+	testing.TB
+	Run(string, func(T)) bool
+}](tb T, test func(T, transport)) {
 	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
+		tb.Run(tr.name, func(tb T) {
 			if tr.shared && runtime.GOOS != "linux" {
-				t.Skip("shared memory is Linux-only")
+				tb.Skip("shared memory is Linux-only")
 			}
-			test(t, tr)
+			test(tb, tr)
 		})
 	}
 }

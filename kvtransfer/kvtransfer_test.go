@@ -801,24 +801,33 @@ func testCacheStore(t *testing.T, tr transport) {
 	waitFor(t, "the producer to free the pulled blocks", func() bool { return pc.Used() == 0 })
 }
 
-// rawSession speaks the protocol by hand up to the producer's answer to req.
-func rawSession(t *testing.T, addr string, req requestMsg) (typ byte, payload []byte) {
+// dialRaw connects to a producer by hand and reads its hello; the
+// connection closes when the test ends.
+func dialRaw(t *testing.T, addr string) (net.Conn, helloMsg) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(testIOTimeout))
 	var h helloMsg
 	if err := readJSON(conn, frameHello, &h); err != nil {
 		t.Fatal(err)
 	}
+	return conn, h
+}
+
+// rawSession speaks the protocol by hand up to the producer's answer to req.
+func rawSession(t *testing.T, addr string, req requestMsg) (typ byte, payload []byte) {
+	t.Helper()
+	conn, _ := dialRaw(t, addr)
+	defer conn.Close()
 	req.Nonce = make([]byte, nonceLen)
 	if err := writeJSON(conn, frameRequest, req); err != nil {
 		t.Fatal(err)
 	}
-	typ, payload, err = readFrame(conn)
+	typ, payload, err := readFrame(conn)
 	if err != nil {
 		t.Fatal(err)
 	}

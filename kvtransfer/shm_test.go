@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 )
 
 // newRegion is a SharedMemory of size bytes, closed when the test ends.
@@ -227,16 +226,7 @@ func TestSharedMemoryOldConsumer(t *testing.T) {
 	checkGoroutines(t)
 	r := newRig(t, rigOpts{shared: true})
 	r.export(t, "k", 2, 24)
-	conn, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(testIOTimeout))
-	var h helloMsg
-	if err := readJSON(conn, frameHello, &h); err != nil {
-		t.Fatal(err)
-	}
+	conn, h := dialRaw(t, r.addr)
 	if h.SharedMemory == nil {
 		t.Fatal("the hello offers no region")
 	}

@@ -150,9 +150,10 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		}
 	}()
 	progress := func(line string) { fmt.Fprintln(o.out, line) }
-	procs := workerProcs(runtime.GOMAXPROCS(0), localWorkers(doc), os.Getenv("GOMAXPROCS") != "")
+	local := localWorkers(doc)
+	procs := workerProcs(runtime.GOMAXPROCS(0), local, os.Getenv("GOMAXPROCS") != "")
 	if procs > 0 {
-		fmt.Fprintf(o.out, "reference workers: %d on this host, GOMAXPROCS=%d each (set GOMAXPROCS to choose)\n", localWorkers(doc), procs)
+		fmt.Fprintf(o.out, "reference workers: %d on this host, GOMAXPROCS=%d each (set GOMAXPROCS to choose)\n", local, procs)
 	}
 
 	pools := map[topology.Role]*orchestrator.Pool{}

@@ -176,10 +176,10 @@ func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
 // each codec frame.
 func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, frame func([]int) error) error {
 	om := o.cfg.Omni
-	in := om.Talker.pick(o.now(), nil)
 	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames}
 	raw, _ := json.Marshal(body)
-	if err := o.admit(om.Talker, in); err != nil {
+	in, err := o.take(om.Talker, nil)
+	if err != nil {
 		o.releaseConditioning(c, o.log.With("request_id", req.ID))
 		return err
 	}
@@ -232,9 +232,9 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 // vocode turns frames (the first context of them left context) into samples.
 func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int, context int) ([]float32, error) {
 	om := o.cfg.Omni
-	in := om.Code2Wav.pick(o.now(), nil)
 	raw, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(frames), NumFrames: len(frames), ContextFrames: context})
-	if err := o.admit(om.Code2Wav, in); err != nil {
+	in, err := o.take(om.Code2Wav, nil)
+	if err != nil {
 		return nil, err
 	}
 	dog := o.watch(ctx, "code2wav")

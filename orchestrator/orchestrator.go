@@ -82,7 +82,9 @@ type Pool struct {
 	Instances []*Instance
 	// MaxQueue bounds the legs omnipd has on each instance at once — sent
 	// and not yet answered, whether the engine runs them or queues them; a
-	// request that finds every instance at the bound gets 429. 0: no bound.
+	// request that finds every instance at the bound gets 429. A PD
+	// request's decode leg counts from the moment its decode instance is
+	// chosen, before its prefill runs. 0: no bound.
 	MaxQueue int
 	next     atomic.Uint64
 }
@@ -306,11 +308,14 @@ func (o *Orchestrator) text(ctx context.Context, req *Request, log *slog.Logger)
 // disaggregated runs the PD control path.
 func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
 	c := o.cfg.Contract
-	dec := o.cfg.Decode.pick(o.now(), nil)
-	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
-	if o.cfg.Decode.busy(dec) {
-		return nil, o.queueFull(o.cfg.Decode)
+	// The decode leg is counted from here, before the prefill runs: its
+	// KV is addressed to dec, so a request that could not then decode on
+	// dec is refused before any KV is exported for it.
+	dec, err := o.take(o.cfg.Decode, nil)
+	if err != nil {
+		return nil, err
 	}
+	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
 
 	if o.cfg.MinPrefillTokens > 0 && o.short(ctx, req, dec, log) {
 		o.cfg.Metrics.RecordDecodeOnly()
@@ -325,6 +330,7 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	}
 	_, prefillParams, err := o.prefill(ctx, req, &h, log)
 	if err != nil {
+		o.track(o.cfg.Decode, dec, -1)
 		return o.fallback(ctx, req, dec, h, err, log)
 	}
 	handedOver := o.now()
@@ -333,9 +339,11 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	}
 	params, err := c.DecodeParams(h, prefillParams)
 	if err != nil {
+		o.track(o.cfg.Decode, dec, -1)
 		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}
 	}
 	if ctx.Err() != nil {
+		o.track(o.cfg.Decode, dec, -1)
 		// The client left between the legs: the prefill's KV is exported
 		// and nobody would claim it before its lease runs out. Let the
 		// decode claim it and stop, as vLLM deployments must too.
@@ -367,6 +375,9 @@ func rejected(err error) bool {
 func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, err error, log *slog.Logger) (*Result, error) {
 	var oe *Error
 	if !o.cfg.FallbackLocal || ctx.Err() != nil || !errors.As(err, &oe) || oe.Status < 500 || !strings.HasPrefix(oe.Code, "prefill_") {
+		return nil, err
+	}
+	if err := o.admit(o.cfg.Decode, dec); err != nil {
 		return nil, err
 	}
 	o.cfg.Metrics.RecordFallback()
@@ -445,6 +456,10 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		if err := o.admit(o.cfg.Decode, dec); err != nil {
+			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
+			return
+		}
 		if res, err := o.decodeOn(ctx, &drop, dec, h, params, PathDisaggregated, log); err != nil {
 			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
 		} else {
@@ -460,12 +475,30 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, error) {
 	tried := map[*Instance]bool{}
 	var last error
+	decCounted := true // disaggregated counted the first attempt's decode leg
+	defer func() {
+		if decCounted {
+			o.track(o.cfg.Decode, dec, -1)
+		}
+	}()
 	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
-		pre := o.cfg.Prefill.pick(o.now(), tried)
+		pre, err := o.take(o.cfg.Prefill, tried)
+		if err != nil {
+			last = err
+			break
+		}
 		if pre == nil {
 			break
 		}
 		tried[pre] = true
+		if !decCounted {
+			if err := o.admit(o.cfg.Decode, dec); err != nil {
+				o.track(o.cfg.Prefill, pre, -1)
+				last = err
+				break
+			}
+		}
+		decCounted = false // concurrentOnce releases both legs
 		res, retryable, err := o.concurrentOnce(ctx, req, dec, pre, h, log)
 		if err == nil {
 			return res, nil
@@ -488,6 +521,8 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 	params, err := o.cfg.Contract.DecodeParams(h, nil)
 	if err != nil {
 		cancel(err)
+		o.track(o.cfg.Prefill, pre, -1)
+		o.track(o.cfg.Decode, dec, -1)
 		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the connector cannot address the prefill", Cause: err}
 	}
 	var wg sync.WaitGroup
@@ -534,7 +569,11 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 	tried := map[*Instance]bool{}
 	var last error
 	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
-		in := o.cfg.Prefill.pick(o.now(), tried)
+		in, err := o.take(o.cfg.Prefill, tried)
+		if err != nil {
+			last = err
+			break
+		}
 		if in == nil {
 			break
 		}
@@ -578,10 +617,12 @@ func prefillFailure(err error) error {
 
 // prefillOn sends the prefill leg to one instance: the client's request
 // with one output token, no streaming, no stops, and the connector's
-// producer params. It returns the response's kv_transfer_params.
+// producer params. It returns the response's kv_transfer_params. The leg
+// is already counted onto in (take); prefillOn releases it.
 func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance, h kvconnector.Handoff, log *slog.Logger) (params any, retryable bool, err error) {
 	body, err := prefillBody(req, o.cfg.Contract.PrefillParams(h))
 	if err != nil {
+		o.track(o.cfg.Prefill, in, -1)
 		return nil, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
@@ -589,9 +630,6 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	pid, _ := o.cfg.Contract.RequestIDs(h)
 	if req.keep != nil {
 		req.keep.setPrefill(in.Client.BaseURL())
-	}
-	if err := o.admit(o.cfg.Prefill, in); err != nil {
-		return nil, false, err
 	}
 	resp, err := in.Client.Post(ctx, req.path(), pid, body)
 	o.track(o.cfg.Prefill, in, -1)
@@ -629,13 +667,19 @@ func (o *Orchestrator) track(p *Pool, in *Instance, delta int) {
 
 // decode sends the client's request to a decode (or colocated) instance.
 func (o *Orchestrator) decode(ctx context.Context, req *Request, params map[string]any, path string, log *slog.Logger) (*Result, error) {
-	in := o.cfg.Decode.pick(o.now(), nil)
+	in, err := o.take(o.cfg.Decode, nil)
+	if err != nil {
+		return nil, err
+	}
 	return o.decodeOn(ctx, req, in, kvconnector.Handoff{RequestID: req.ID}, params, path, log)
 }
 
+// decodeOn sends a decode leg to in, onto which the caller has already
+// counted it (take or admit); the count is released when the leg ends.
 func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance, h kvconnector.Handoff, params map[string]any, path string, log *slog.Logger) (*Result, error) {
 	body, err := decodeBody(req, params)
 	if err != nil {
+		o.track(o.cfg.Decode, in, -1)
 		return nil, err
 	}
 	id := req.ID
@@ -644,9 +688,6 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	}
 	if req.keep != nil {
 		req.keep.setThinker(in.Client.BaseURL())
-	}
-	if err := o.admit(o.cfg.Decode, in); err != nil {
-		return nil, err
 	}
 	dog := o.watch(ctx, "decode")
 	release := func() {

@@ -82,7 +82,28 @@ func newOrch(t *testing.T, prefill, decode http.Handler, connector string) *Orch
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { wantNoLegsCounted(t, o.cfg.Prefill, o.cfg.Decode) })
 	return o
+}
+
+// wantNoLegsCounted fails t unless every leg counted onto the pools'
+// instances has been released once the test is over (a leg that outlives
+// its test, such as a claim sent after the client left, gets a few
+// seconds): a count that leaks would shrink an instance's queue bound for
+// good.
+func wantNoLegsCounted(t *testing.T, pools ...*Pool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range pools {
+		for _, in := range p.Instances {
+			for in.inflight.Load() != 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := in.inflight.Load(); n != 0 {
+				t.Errorf("%s instance %s still counts %d legs after the test", p.Name, in.Client.BaseURL(), n)
+			}
+		}
+	}
 }
 
 func chatRequest(t *testing.T, id, body string) *Request {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 
 	"github.com/omnipd/omnipd/stageclient"
@@ -17,14 +18,56 @@ func (p *Pool) busy(in *Instance) bool {
 	return p.MaxQueue > 0 && in.inflight.Load() >= int64(p.MaxQueue)
 }
 
-// admit counts a leg onto in, or refuses it when in is at its pool's bound.
-// Instances are picked least loaded first, so a full one means every
-// healthy instance is full. The count goes up before it is checked, so
-// concurrent legs can never overshoot the bound together.
+// tryCount counts a leg onto in unless that would pass bound (0: none).
+// It compares and swaps, so concurrent legs never overshoot the bound
+// together and a refusal means in was full at that moment.
+func (in *Instance) tryCount(bound int) bool {
+	for {
+		n := in.inflight.Load()
+		if bound > 0 && n >= int64(bound) {
+			return false
+		}
+		if in.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// take picks an instance of p not in tried, least loaded first, and counts
+// a leg onto it. Picking and counting are one step for the caller: when a
+// concurrent request takes the last place on the instance picked, take
+// moves on to the next one, so a request is refused (429) only when every
+// candidate instance is full. It returns nil, nil when p has no instance
+// left to try. The caller must release the leg with track(p, in, -1).
+func (o *Orchestrator) take(p *Pool, tried map[*Instance]bool) (*Instance, error) {
+	skip, sawFull := tried, false
+	for {
+		in := p.pick(o.now(), skip)
+		if in == nil {
+			if sawFull {
+				return nil, o.queueFull(p)
+			}
+			return nil, nil
+		}
+		if in.tryCount(p.MaxQueue) {
+			o.cfg.Metrics.AddInFlight(p.Name, in.Client.BaseURL(), 1)
+			return in, nil
+		}
+		if !sawFull {
+			skip = maps.Clone(tried)
+			if skip == nil {
+				skip = map[*Instance]bool{}
+			}
+			sawFull = true
+		}
+		skip[in] = true
+	}
+}
+
+// admit counts a leg onto an instance the request is already bound to (a
+// decode its prefill addressed the KV to), or refuses it when in is full.
 func (o *Orchestrator) admit(p *Pool, in *Instance) error {
-	n := in.inflight.Add(1)
-	if p.MaxQueue > 0 && n > int64(p.MaxQueue) {
-		in.inflight.Add(-1)
+	if !in.tryCount(p.MaxQueue) {
 		return o.queueFull(p)
 	}
 	o.cfg.Metrics.AddInFlight(p.Name, in.Client.BaseURL(), 1)

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/stageclient"
@@ -165,5 +167,93 @@ func TestStageRefusingTheSecretIs502(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Status != 502 || oe.Code != c.code || oe.Response().Status != 502 {
 			t.Errorf("%s refuses: %v, want a 502 %s", c.name, err, c.code)
 		}
+	}
+}
+
+// Requests arriving together are each counted onto an instance with room:
+// none is refused while any instance has a place left, none goes past the
+// bound, and the one after them is refused.
+func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
+	const instances, bound = 3, 2
+	p := &Pool{Name: "thinker", MaxQueue: bound}
+	for i := range instances {
+		c, err := stageclient.New(stageclient.Config{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", 1+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Instances = append(p.Instances, &Instance{Client: c})
+	}
+	o, err := New(Config{Decode: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 1000 {
+		var wg sync.WaitGroup
+		errs := make(chan error, instances*bound)
+		start := make(chan struct{})
+		for range instances * bound {
+			wg.Go(func() {
+				<-start
+				_, err := o.take(p, nil)
+				errs <- err
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: refused with room left: %v", round, err)
+			}
+		}
+		for i, in := range p.Instances {
+			if n := in.inflight.Load(); n != bound {
+				t.Fatalf("round %d: instance %d counts %d legs, want %d", round, i, n, bound)
+			}
+		}
+		if _, err := o.take(p, nil); !errors.Is(err, ErrStageBusy) {
+			t.Fatalf("round %d: a leg past every bound: err = %v, want ErrStageBusy", round, err)
+		}
+		for _, in := range p.Instances {
+			for range bound {
+				o.track(p, in, -1)
+			}
+		}
+	}
+}
+
+// Under PD the decode leg counts from the start of the request: while one
+// request's prefill runs, a decode with room for one refuses the next
+// request before its prefill is sent.
+func TestDecodeCountedWhilePrefillRuns(t *testing.T) {
+	release := make(chan struct{})
+	pre := &fakeStage{received: make(chan struct{}, 4), answer: func(w http.ResponseWriter, body map[string]any) {
+		<-release
+		nixlPrefillAnswer(w, body)
+	}}
+	dec := &fakeStage{answer: decodeAnswer}
+	o := newOrch(t, pre, dec, "NixlConnector")
+	o.cfg.Decode.MaxQueue = 1
+	done := make(chan error, 1)
+	go func() {
+		res, err := o.Do(context.Background(), chatRequest(t, "r1", `{"messages":[{"role":"user","content":"hi"}]}`))
+		if err == nil {
+			res.Close()
+		}
+		done <- err
+	}()
+	<-pre.received
+	// Bounded, so that a second prefill waiting on release fails the test
+	// rather than hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := o.Do(ctx, chatRequest(t, "r2", `{"messages":[{"role":"user","content":"hi"}]}`))
+	close(release)
+	wantQueueFull(t, err, "d0")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := received(pre); n != 1 {
+		t.Errorf("the prefill ran %d times, want once", n)
 	}
 }

@@ -37,13 +37,17 @@ func (in *Instance) tryCount(bound int) bool {
 // a leg onto it. Picking and counting are one step for the caller: when a
 // concurrent request takes the last place on the instance picked, take
 // moves on to the next one, so a request is refused (429) only when every
-// candidate instance is full. It returns nil, nil when p has no instance
-// left to try. The caller must release the leg with track(p, in, -1).
+// candidate instance is full. Once one is full, an instance sitting out
+// after a failure (which pick falls back to when nothing else is left) is
+// not tried instead: the client hears 429 and retries. It returns nil, nil
+// when p has no instance left to try. The caller must release the leg with
+// track(p, in, -1).
 func (o *Orchestrator) take(p *Pool, tried map[*Instance]bool) (*Instance, error) {
 	skip, sawFull := tried, false
 	for {
-		in := p.pick(o.now(), skip)
-		if in == nil {
+		now := o.now()
+		in := p.pick(now, skip)
+		if in == nil || (sawFull && in.ejectedUntil.Load() > now.UnixNano()) {
 			if sawFull {
 				return nil, o.queueFull(p)
 			}

@@ -222,6 +222,33 @@ func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
 	}
 }
 
+// A full instance's request goes to another instance with room, but not
+// to one sitting out after a failure: that request is refused instead.
+func TestTakeSkipsFullButNotIntoEjected(t *testing.T) {
+	p := &Pool{Name: "thinker", MaxQueue: 1}
+	for i := range 2 {
+		c, err := stageclient.New(stageclient.Config{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", 1+i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Instances = append(p.Instances, &Instance{Client: c})
+	}
+	o, err := New(Config{Decode: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, other := p.Instances[0], p.Instances[1]
+	full.inflight.Store(1)
+	if in, err := o.take(p, nil); err != nil || in != other {
+		t.Fatalf("take = %v, %v; want the instance with room", in, err)
+	}
+	other.inflight.Store(0)
+	other.eject(time.Now())
+	if in, err := o.take(p, nil); !errors.Is(err, ErrStageBusy) {
+		t.Fatalf("take = %v, %v; want ErrStageBusy rather than the instance sitting out", in, err)
+	}
+}
+
 // Under PD the decode leg counts from the start of the request: while one
 // request's prefill runs, a decode with room for one refuses the next
 // request before its prefill is sent.

@@ -43,6 +43,7 @@ export OMNIPD_SECRET="overhead-$RANDOM$RANDOM"
 trap stop_serve EXIT
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a running process
+calls() { awk '/^sysc[rw]:/ {n += $2} END {print n}' "/proc/$1/io"; } # read and write system calls so far
 busy() { awk '$1 == "cpu" {print $2 + $3 + $4}' /proc/stat; } # user + nice + system time of the whole machine
 hz="$(getconf CLK_TCK)"
 
@@ -50,26 +51,29 @@ hz="$(getconf CLK_TCK)"
 # appends a row of CPU µs per request for each process to $OUT/cpu-$hs.md,
 # and for the machine's other work in the same time: anything well above
 # zero there means something else competed for the CPUs, and the run's
-# requests/s are not comparable with a quiet run's.
+# requests/s are not comparable with a quiet run's. The row ends with each
+# process's read and write system calls per request (from /proc/PID/io).
 cpu() {
-  local pids=("$serve_pid" "$prefill_pid" "$decode_pid") before=() after=() p bench_ticks rps busy0 busy1
+  local pids=("$serve_pid" "$prefill_pid" "$decode_pid") before=() after=() calls0=() calls1=() p bench rps busy0 busy1
   busy0="$(busy)"
-  for p in "${pids[@]}"; do before+=("$(ticks "$p")"); done
-  # The subshell reaps the bench, so its CPU time is the subshell's children's.
-  bench_ticks="$( ( "$bin" bench --base-url "$2" --api-key "$3" --concurrency "$CONCURRENCY" --num-prompts "$CPU_PROMPTS" \
+  for p in "${pids[@]}"; do before+=("$(ticks "$p")") calls0+=("$(calls "$p")"); done
+  # The subshell reaps the bench, so the bench's CPU time is the subshell's
+  # children's, and its system calls are counted in the subshell's own.
+  bench="$( ( "$bin" bench --base-url "$2" --api-key "$3" --concurrency "$CONCURRENCY" --num-prompts "$CPU_PROMPTS" \
       --warmup 50 --input-len 32 --output-len 16 --seed 1 --quiet --output-json "$OUT/cpu-$hs-$1.json" >/dev/null
-    awk '{print $16 + $17}' "/proc/$BASHPID/stat" ) )"
-  for p in "${pids[@]}"; do after+=("$(ticks "$p")"); done
+    awk '{printf "%d ", $16 + $17}' "/proc/$BASHPID/stat"; calls "$BASHPID" ) )"
+  for p in "${pids[@]}"; do after+=("$(ticks "$p")") calls1+=("$(calls "$p")"); done
   busy1="$(busy)"
   rps="$(sed -n 's/.*"request_throughput_rps": *\([0-9.]*\).*/\1/p' "$OUT/cpu-$hs-$1.json" | head -1)"
-  awk -v name="$1" -v n="$((CPU_PROMPTS + 50))" -v hz="$hz" -v rps="$rps" -v bench="$bench_ticks" \
+  awk -v name="$1" -v n="$((CPU_PROMPTS + 50))" -v hz="$hz" -v rps="$rps" -v bench="${bench% *}" -v bcalls="${bench#* }" \
+    -v sc="$((calls1[0] - calls0[0]))" -v pc="$((calls1[1] - calls0[1]))" -v dc="$((calls1[2] - calls0[2]))" \
     -v s0="${before[0]}" -v s1="${after[0]}" -v p0="${before[1]}" -v p1="${after[1]}" -v d0="${before[2]}" -v d1="${after[2]}" \
     -v m0="$busy0" -v m1="$busy1" '
     function us(t) { return t * 1e6 / hz / n }
     BEGIN { ours = s1 - s0 + p1 - p0 + d1 - d0 + bench
       other = m1 - m0 - ours; if (other < 0) other = 0
-      printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", name, rps, us(s1 - s0), us(p1 - p0), us(d1 - d0), us(bench),
-      us(ours), us(other) }' | tee -a "$OUT/cpu-$hs.md"
+      printf "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f / %.1f / %.1f / %.1f |\n", name, rps, us(s1 - s0), us(p1 - p0), us(d1 - d0), us(bench),
+      us(ours), us(other), sc / n, pc / n, dc / n, bcalls / n }' | tee -a "$OUT/cpu-$hs.md"
 }
 
 run() { # name base-url key
@@ -93,7 +97,7 @@ for hs in $HANDSHAKES; do
     esac
   done
   [ -n "$prefill_pid" ] && [ -n "$decode_pid" ] || { echo "no worker processes under omnipd serve ($serve_pid)" >&2; exit 1; }
-  printf '| path | req/s | omnipd serve | prefill worker | decode worker | bench client | all | other work on the machine |\n|---|---:|---:|---:|---:|---:|---:|---:|\n' >"$OUT/cpu-$hs.md"
+  printf '| path | req/s | omnipd serve | prefill worker | decode worker | bench client | all | other work on the machine | reads and writes: serve / prefill / decode / bench |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n' >"$OUT/cpu-$hs.md"
   for r in $(seq 1 "$ROUNDS"); do
     echo "== $hs, round $r: direct to the decode worker ($decode_url), then omnipd PD, concurrency 1 and $CONCURRENCY"
     run "direct-$hs-$r" "$decode_url" "$OMNIPD_SECRET"

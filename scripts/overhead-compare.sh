@@ -5,7 +5,7 @@
 # path and the PD path at 1 client (E2E p50) and at 16 clients (requests/s).
 # The revisions alternate, so both see the same machine; read the ratios.
 #
-#   scripts/overhead-compare.sh 81cfa04 HEAD     # about 6 minutes
+#   scripts/overhead-compare.sh 81cfa04 HEAD     # about 2 minutes, plus two builds
 #   ROUNDS=5 scripts/overhead-compare.sh A B
 set -euo pipefail
 cd "$(dirname "$0")/.."

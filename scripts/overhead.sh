@@ -16,7 +16,7 @@
 # the PD path costs can be read apart from how the machine shared it out.
 # Writes JSON and Markdown under $OUT; docs/benchmarks.md explains them.
 #
-#   scripts/overhead.sh                      # about 4 minutes
+#   scripts/overhead.sh                      # about a minute, plus the build
 #   HANDSHAKES=pull ROUNDS=1 scripts/overhead.sh
 #   CONCURRENCY=64 scripts/overhead.sh
 set -euo pipefail

@@ -170,13 +170,13 @@ func TestStageRefusingTheSecretIs502(t *testing.T) {
 	}
 }
 
-// Requests arriving together are each counted onto an instance with room:
-// none is refused while any instance has a place left, none goes past the
-// bound, and the one after them is refused.
-func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
-	const instances, bound = 3, 2
+// colocatedPool is an orchestrator over n Thinker instances with the given
+// queue bound, for tests of admission alone: nothing listens at their
+// addresses.
+func colocatedPool(t *testing.T, n, bound int) (*Orchestrator, *Pool) {
+	t.Helper()
 	p := &Pool{Name: "thinker", MaxQueue: bound}
-	for i := range instances {
+	for i := range n {
 		c, err := stageclient.New(stageclient.Config{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", 1+i)})
 		if err != nil {
 			t.Fatal(err)
@@ -187,6 +187,15 @@ func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return o, p
+}
+
+// Requests arriving together are each counted onto an instance with room:
+// none is refused while any instance has a place left, none goes past the
+// bound, and the one after them is refused.
+func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
+	const instances, bound = 3, 2
+	o, p := colocatedPool(t, instances, bound)
 	for round := range 1000 {
 		var wg sync.WaitGroup
 		errs := make(chan error, instances*bound)
@@ -225,18 +234,7 @@ func TestTakeFillsEveryPlaceUnderContention(t *testing.T) {
 // A full instance's request goes to another instance with room, but not
 // to one sitting out after a failure: that request is refused instead.
 func TestTakeSkipsFullButNotIntoEjected(t *testing.T) {
-	p := &Pool{Name: "thinker", MaxQueue: 1}
-	for i := range 2 {
-		c, err := stageclient.New(stageclient.Config{BaseURL: fmt.Sprintf("http://127.0.0.1:%d", 1+i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Instances = append(p.Instances, &Instance{Client: c})
-	}
-	o, err := New(Config{Decode: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, p := colocatedPool(t, 2, 1)
 	full, other := p.Instances[0], p.Instances[1]
 	full.inflight.Store(1)
 	if in, err := o.take(p, nil); err != nil || in != other {

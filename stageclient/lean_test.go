@@ -164,6 +164,15 @@ func idleConn(t *testing.T, tr *leanTransport, addr string) *leanConn {
 	return tr.idle[addr][0]
 }
 
+// closeIdleConn has srv close (reset, when rst) the one connection tr holds
+// idle for it, and waits until the client's side of it sees the close.
+func closeIdleConn(t *testing.T, tr *leanTransport, srv *rawServer, rst bool) {
+	t.Helper()
+	pc := idleConn(t, tr, srv.addr())
+	srv.closeConns(rst)
+	waitUntil(t, "the client's side sees the close", func() bool { return !probeConn(pc) })
+}
+
 func TestLeanChosen(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
@@ -518,9 +527,7 @@ func TestLeanServerClosedIdle(t *testing.T) {
 			if _, err := c.Post(ctx, "/v1/completions", "r", []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
-			pc := idleConn(t, tr, srv.addr())
-			srv.closeConns(tc.rst)
-			waitUntil(t, "the client's side sees the close", func() bool { return !probeConn(pc) })
+			closeIdleConn(t, tr, srv, tc.rst)
 			if !tc.probe {
 				tr.usable = func(*leanConn) bool { return true }
 			}
@@ -548,16 +555,10 @@ func TestLeanNoRetryAfterWrite(t *testing.T) {
 	tr := newLeanTransport()
 	c := leanClient(t, srv.URL(), tr)
 	ctx := testCtx(t)
-	closeIdle := func() {
-		t.Helper()
-		pc := idleConn(t, tr, srv.addr())
-		srv.closeConns(false)
-		waitUntil(t, "the client's side sees the close", func() bool { return !probeConn(pc) })
-	}
 	if _, err := c.Post(ctx, "/v1/completions", "r", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	closeIdle()
+	closeIdleConn(t, tr, srv, false)
 	tr.usable = func(*leanConn) bool { return true } // the close came after the probe
 	_, err := c.Post(ctx, "/v1/completions", "r", []byte(`{}`))
 	assertClass(t, "Post", err, ErrConnect)
@@ -569,7 +570,7 @@ func TestLeanNoRetryAfterWrite(t *testing.T) {
 	if err := c.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
-	closeIdle()
+	closeIdleConn(t, tr, srv, false)
 	tr.usable = func(*leanConn) bool { return true }
 	if err := c.Health(ctx); err != nil {
 		t.Fatalf("GET not retried: %v", err)
@@ -594,9 +595,7 @@ func TestLeanRetriesOnce(t *testing.T) {
 	if _, err := c.Post(ctx, "/v1/completions", "r", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	pc := idleConn(t, tr, srv.addr())
-	srv.closeConns(true)
-	waitUntil(t, "the client's side sees the reset", func() bool { return !probeConn(pc) })
+	closeIdleConn(t, tr, srv, true)
 	tr.usable = func(*leanConn) bool { return true }
 	_, err := c.Post(ctx, "/v1/completions", "r", []byte(`{}`))
 	assertClass(t, "Post", err, ErrConnect)

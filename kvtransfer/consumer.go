@@ -56,7 +56,7 @@ func (c *Consumer) Stats() ConsumerStats {
 // idleConn is a pooled connection whose next frames are the producer's
 // hello, after the DONE that ends its last pull when doneOwed.
 type idleConn struct {
-	conn     net.Conn
+	conn     *frameConn
 	doneOwed bool
 	timer    *time.Timer // closes it after cfg.IdleTimeout unused
 }
@@ -114,7 +114,7 @@ func (c *Consumer) IdleConns() int {
 
 // get takes the most recently used idle connection to addr, if any: the
 // newest is the least likely to have been closed by the producer meanwhile.
-func (c *Consumer) get(addr string) (conn net.Conn, doneOwed bool) {
+func (c *Consumer) get(addr string) (conn *frameConn, doneOwed bool) {
 	c.mu.Lock()
 	list := c.idle[addr]
 	if len(list) == 0 {
@@ -138,7 +138,7 @@ func (c *Consumer) get(addr string) (conn net.Conn, doneOwed bool) {
 // put pools conn, whose next frames are a hello, after a DONE when
 // doneOwed, or closes it when the pool for addr is full, reuse is off or
 // the consumer is closed.
-func (c *Consumer) put(addr string, conn net.Conn, doneOwed bool) {
+func (c *Consumer) put(addr string, conn *frameConn, doneOwed bool) {
 	c.mu.Lock()
 	if c.closed || c.cfg.MaxIdleConns < 0 || len(c.idle[addr]) >= c.cfg.MaxIdleConns {
 		c.mu.Unlock()
@@ -223,7 +223,7 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		// before the prefill is done, so its dial overlaps the prefill, and
 		// a release runs in the background.
 		pool := op == opPull
-		var conn net.Conn
+		var conn *frameConn
 		var doneOwed bool
 		if pool && !retried {
 			// A retry dials: if one pooled connection was stale, the
@@ -233,9 +233,11 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		reused := conn != nil
 		if conn == nil {
 			d := net.Dialer{Timeout: c.cfg.IOTimeout}
-			if conn, err = d.DialContext(ctx, "tcp", addr); err != nil {
+			raw, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
 				return 0, err
 			}
+			conn = newFrameConn(raw)
 		}
 		// Closing the connection is what makes cancellation prompt: it
 		// unblocks any read or write at once, and unlike a deadline it
@@ -290,13 +292,13 @@ type connState struct {
 // exchange runs one request on conn. doneOwed means conn comes from the
 // pool with the DONE of its previous pull still unread. addr keys the
 // producer's shared memory.
-func (c *Consumer) exchange(ctx context.Context, conn net.Conn, addr string, doneOwed bool, op, engineID, key string, dst []int) (int, connState, error) {
+func (c *Consumer) exchange(ctx context.Context, conn *frameConn, addr string, doneOwed bool, op, engineID, key string, dst []int) (int, connState, error) {
 	var next connState
 	n, err := c.exchange1(ctx, conn, addr, doneOwed, op, engineID, key, dst, &next)
 	return n, next, err
 }
 
-func (c *Consumer) exchange1(ctx context.Context, conn net.Conn, addr string, doneOwed bool, op, engineID, key string, dst []int, next *connState) (int, error) {
+func (c *Consumer) exchange1(ctx context.Context, conn *frameConn, addr string, doneOwed bool, op, engineID, key string, dst []int, next *connState) (int, error) {
 	if err := conn.SetDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
 		return 0, err
 	}
@@ -399,7 +401,7 @@ func (c *Consumer) checkDataHeader(dh dataHeader, dst []int) error {
 
 // receiveStream reads the blocks that follow a DATA header off conn into
 // dst and acks them.
-func (c *Consumer) receiveStream(conn net.Conn, key string, header []byte, dst []int, next *connState) (int, error) {
+func (c *Consumer) receiveStream(conn *frameConn, key string, header []byte, dst []int, next *connState) (int, error) {
 	dh, err := parseDataHeader(header)
 	if err != nil {
 		return 0, err
@@ -425,7 +427,7 @@ func (c *Consumer) receiveStream(conn net.Conn, key string, header []byte, dst [
 		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.IOTimeout)); err != nil {
 			return 0, err
 		}
-		if got, err := readBuffers(conn, batch); err != nil {
+		if got, err := conn.readBuffers(batch); err != nil {
 			return 0, fmt.Errorf("block %d of %d: %w", first+got/bb, len(dst), err)
 		}
 	}
@@ -454,7 +456,7 @@ func (c *Consumer) receiveStream(conn net.Conn, key string, header []byte, dst [
 // generation counters first, so a counter that still reads what the
 // producer sent proves that its block stayed leased, and unwritten, until
 // the copy was over.
-func (c *Consumer) receiveShared(ctx context.Context, conn net.Conn, key string, r *peerRegion, payload []byte, dst []int, next *connState) (int, error) {
+func (c *Consumer) receiveShared(ctx context.Context, conn *frameConn, key string, r *peerRegion, payload []byte, dst []int, next *connState) (int, error) {
 	dh, blocks, err := parseSharedData(payload)
 	if err != nil {
 		return 0, err

@@ -105,7 +105,7 @@ func TestPoolBounded(t *testing.T) {
 		a, b := net.Pipe()
 		defer b.Close()
 		peers = append(peers, b)
-		c.put("p:1", a, true)
+		c.put("p:1", newFrameConn(a), true)
 	}
 	if n := c.IdleConns(); n != 2 {
 		t.Fatalf("%d idle connections, want the bound, 2", n)
@@ -121,7 +121,7 @@ func TestPoolBounded(t *testing.T) {
 	off := NewConsumer(Config{MaxIdleConns: -1}, newSlabStore(16, 1))
 	a, b := net.Pipe()
 	defer b.Close()
-	off.put("p:1", a, true)
+	off.put("p:1", newFrameConn(a), true)
 	if n := off.IdleConns(); n != 0 {
 		t.Fatalf("reuse off: %d idle connections, want 0", n)
 	}

@@ -438,13 +438,14 @@ func (p *Producer) expiryLoop() {
 // the hello's round trip once rather than per transfer. Every request is
 // authenticated against the nonce of the hello just before it; an ERROR frame
 // ends the connection.
-func (p *Producer) serve(conn net.Conn) {
+func (p *Producer) serve(raw net.Conn) {
 	defer func() {
-		conn.Close()
+		raw.Close()
 		p.mu.Lock()
-		delete(p.conns, conn)
+		delete(p.conns, raw)
 		p.mu.Unlock()
 	}()
+	conn := newFrameConn(raw)
 	log := p.log.With("remote", conn.RemoteAddr().String())
 	// prefix is what the previous request still owes the consumer (its DONE
 	// or ACCEPT); it leaves in the same write as the next hello.
@@ -693,7 +694,7 @@ func (p *Producer) sendBlocks(conn net.Conn, l *lease, prefix []byte) error {
 		if err := conn.SetWriteDeadline(time.Now().Add(p.cfg.IOTimeout)); err != nil {
 			return err
 		}
-		if _, err := bufs.WriteTo(conn); err != nil {
+		if _, err := bufs.WriteTo(socket(conn)); err != nil {
 			return fmt.Errorf("send blocks: %w", err)
 		}
 		bufs = bufs[:0:cap(bufs)]

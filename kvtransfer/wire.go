@@ -1,6 +1,7 @@
 package kvtransfer
 
 import (
+	"bufio"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -177,6 +178,57 @@ func appendJSONFrame(b []byte, typ byte, v any) ([]byte, error) {
 	b = append(b, make([]byte, headerLen)...)
 	putHeader(b[n:], typ, len(payload))
 	return append(b, payload...), nil
+}
+
+// frameConn is a kvtransfer connection whose reads go through a small
+// buffer. Peers send control frames in pairs — a pull's DONE with the next
+// hello, an ACCEPT with the block offsets — which one read then brings in,
+// where reading each frame's header and payload straight from the socket
+// took a system call apiece.
+type frameConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+// frameBufLen holds the control frames of a pull of a few hundred blocks.
+const frameBufLen = 4 << 10
+
+func newFrameConn(c net.Conn) *frameConn {
+	return &frameConn{Conn: c, br: bufio.NewReaderSize(c, frameBufLen)}
+}
+
+func (c *frameConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+
+// socket is the connection under c when c is a frameConn, for net.Buffers:
+// it writes with one writev only to the net package's own connections, and
+// with a write per buffer to anything that wraps them.
+func socket(c net.Conn) net.Conn {
+	if fc, ok := c.(*frameConn); ok {
+		return fc.Conn
+	}
+	return c
+}
+
+// readBuffers fills bufs in order, first with the bytes the buffer already
+// holds (the start of the blocks that followed a DATA header), then
+// straight from the socket, as readBuffers does. It returns the bytes read
+// before an error.
+func (c *frameConn) readBuffers(bufs [][]byte) (int, error) {
+	got := 0
+	for len(bufs) > 0 && c.br.Buffered() > 0 {
+		n, _ := c.br.Read(bufs[0]) // from the buffer: no system call
+		got += n
+		if n < len(bufs[0]) {
+			bufs = append([][]byte{bufs[0][n:]}, bufs[1:]...)
+		} else {
+			bufs = bufs[1:]
+		}
+	}
+	if len(bufs) == 0 {
+		return got, nil
+	}
+	n, err := readBuffers(c.Conn, bufs)
+	return got + n, err
 }
 
 // doneFrame is the empty DONE frame that ends a transfer.

@@ -211,8 +211,8 @@ func socket(c net.Conn) net.Conn {
 
 // readBuffers fills bufs in order, first with the bytes the buffer already
 // holds (the start of the blocks that followed a DATA header), then
-// straight from the socket, as readBuffers does. It returns the bytes read
-// before an error.
+// straight from the socket with the package's readBuffers. It returns the
+// bytes read before an error.
 func (c *frameConn) readBuffers(bufs [][]byte) (int, error) {
 	got := 0
 	for len(bufs) > 0 && c.br.Buffered() > 0 {

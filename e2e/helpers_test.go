@@ -370,7 +370,6 @@ type bystanders struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	served   int
 	failures []string
 }
 
@@ -378,9 +377,13 @@ func startBystanders(d *testbed.Deployment) *bystanders {
 	b := &bystanders{stop: make(chan struct{})}
 	b.wg.Go(func() {
 		for i := 0; ; i++ {
+			// The first one always runs: a victim that fails fast could
+			// otherwise be over before this goroutine first looked.
 			select {
 			case <-b.stop:
-				return
+				if i > 0 {
+					return
+				}
 			default:
 			}
 			stream := i%2 == 1
@@ -392,7 +395,6 @@ func startBystanders(d *testbed.Deployment) *bystanders {
 			a := send(ctx, d, path, body)
 			cancel()
 			b.mu.Lock()
-			b.served++
 			if err := wellFormed(a, stream); err != nil {
 				b.failures = append(b.failures, fmt.Sprintf("%s %s: %v", path, body, err))
 			}
@@ -402,16 +404,14 @@ func startBystanders(d *testbed.Deployment) *bystanders {
 	return b
 }
 
-// finish stops the bystanders and fails t unless every one succeeded.
+// finish stops the bystanders, once at least one has run, and fails t
+// unless every one succeeded.
 func (b *bystanders) finish(t *testing.T) {
 	t.Helper()
 	close(b.stop)
 	b.wg.Wait()
 	for _, f := range b.failures {
 		t.Errorf("an unrelated request failed during the fault: %s", f)
-	}
-	if b.served == 0 {
-		t.Error("no unrelated request ran during the fault")
 	}
 }
 

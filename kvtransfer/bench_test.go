@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -193,6 +194,17 @@ func BenchmarkRawTCP(b *testing.B) {
 // unread (the DONE) is waited for by the next one.
 func BenchmarkPullSmall(b *testing.B) {
 	forEachTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, 0) })
+	b.Run("ticket", func(b *testing.B) { benchmarkPullSmall(b, ticketTransport(b), 0) })
+}
+
+// ticketTransport is shared memory, copied on the producer's tickets after
+// the first pull has mapped the region: only the benchmarks take it, as the
+// tests of tickets are their own.
+func ticketTransport(b *testing.B) transport {
+	if runtime.GOOS != "linux" {
+		b.Skip("shared memory is Linux-only")
+	}
+	return transport{name: "ticket", shared: true, ticket: true}
 }
 
 // BenchmarkPullSmallIdle is BenchmarkPullSmall at one client: the data path
@@ -202,6 +214,7 @@ func BenchmarkPullSmall(b *testing.B) {
 // when it does, and ns/op is a pull's latency on the decode's critical path.
 func BenchmarkPullSmallIdle(b *testing.B) {
 	forEachTransport(b, func(b *testing.B, tr transport) { benchmarkPullSmall(b, tr, time.Millisecond) })
+	b.Run("ticket", func(b *testing.B) { benchmarkPullSmall(b, ticketTransport(b), time.Millisecond) })
 }
 
 func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {
@@ -212,7 +225,9 @@ func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {
 			name = "secret=on"
 		}
 		b.Run(name, func(b *testing.B) {
-			ps, cs := slabStoreFor(b, tr, bb, 4*n), newSlabStore(bb, 4*n)
+			// A copy on a ticket frees the producer's blocks when its
+			// notification arrives, some pulls later.
+			ps, cs := slabStoreFor(b, tr, bb, 64*n), newSlabStore(bb, 4*n)
 			p, err := NewProducer(Config{EngineID: "prefill-0", Shape: "small", Secret: secret}, ps)
 			if err != nil {
 				b.Fatal(err)
@@ -232,6 +247,9 @@ func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {
 					b.StopTimer()
 					time.Sleep(idle)
 				}
+				for ps.inUse() > 32*n {
+					time.Sleep(10 * time.Microsecond) // bounded: the notifications are on their way
+				}
 				src := ps.allocate(b, n)
 				if err := p.Export(key, src, n*16); err != nil {
 					b.Fatal(err)
@@ -240,13 +258,20 @@ func benchmarkPullSmall(b *testing.B, tr transport, idle time.Duration) {
 				if idle > 0 {
 					b.StartTimer()
 				}
-				if _, err := c.Pull(b.Context(), addr, "prefill-0", key, dst); err != nil {
+				ticket := ""
+				if tr.ticket {
+					ticket = p.Ticket(key)
+				}
+				if _, err := c.PullWithTicket(b.Context(), addr, "prefill-0", key, ticket, dst); err != nil {
 					b.Fatal(err)
 				}
 				cs.Free(dst)
 			}
 			reportCPU(b, cpu)
 			checkBenchPath(b, c, tr)
+			if st := c.Stats(); tr.ticket && st.TicketTransfers+1 != st.SharedTransfers {
+				b.Fatalf("consumer stats %+v: transfers after the first did not take the ticket", st)
+			}
 		})
 	}
 }

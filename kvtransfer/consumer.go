@@ -21,20 +21,30 @@ import (
 // connection skips the dial and the hello's round trip, which on a short
 // prompt is a large part of its cost. It also keeps, per producer address,
 // the mapping of the producer's shared memory when the producer is on this
-// host. It starts no goroutines of its own (an idle connection's timeout is
-// a timer). Close closes the idle connections and lets go of the mappings.
+// host. The only goroutines it starts are the senders of the
+// notifications that free leases it copied on their tickets, one per
+// producer while there is something to send (an idle connection's timeout
+// is a timer). Close sends what is queued, closes the idle connections and
+// lets go of the mappings.
 type Consumer struct {
 	cfg   Config
 	store BlockStore
 	log   *slog.Logger
 
 	shared, streamed atomic.Uint64 // completed transfers, for Stats
+	ticketed         atomic.Uint64 // of the shared ones, those on a ticket
 	mapped           atomic.Int64  // live mappings of producers' regions
 
 	mu      sync.Mutex
 	closed  bool
 	idle    map[string][]*idleConn // by producer address, most recently used last
 	regions map[string]*peerRegion // by producer address: the region it last advertised
+	// notifies holds, per producer address, the leases copied on their
+	// tickets that the producer has yet to hear about; each has a sender
+	// in senders while it is there.
+	notifies map[string]*notifyQueue
+	senders  sync.WaitGroup
+	done     chan struct{} // closed by Close: senders flush and end
 
 	// afterSharedCopy, when set (by tests, before use), runs between the
 	// copy out of a producer's region and the check of its generations.
@@ -44,13 +54,14 @@ type Consumer struct {
 // ConsumerStats counts a consumer's transfers by the way their blocks came.
 type ConsumerStats struct {
 	SharedTransfers   uint64 // copied from a producer's shared memory
+	TicketTransfers   uint64 // of those, copied on a ticket without asking the producer
 	StreamedTransfers uint64 // received over TCP
 	MappedRegions     int    // producers' regions mapped now
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{SharedTransfers: c.shared.Load(), StreamedTransfers: c.streamed.Load(), MappedRegions: int(c.mapped.Load())}
+	return ConsumerStats{SharedTransfers: c.shared.Load(), TicketTransfers: c.ticketed.Load(), StreamedTransfers: c.streamed.Load(), MappedRegions: int(c.mapped.Load())}
 }
 
 // idleConn is a pooled connection whose next frames are the producer's
@@ -69,15 +80,20 @@ type idleConn struct {
 func NewConsumer(cfg Config, store BlockStore) *Consumer {
 	cfg = cfg.withDefaults()
 	return &Consumer{cfg: cfg, store: store, log: cfg.Logger.With("engine_id", cfg.EngineID),
-		idle: make(map[string][]*idleConn), regions: make(map[string]*peerRegion)}
+		idle: make(map[string][]*idleConn), regions: make(map[string]*peerRegion),
+		notifies: make(map[string]*notifyQueue), done: make(chan struct{})}
 }
 
-// Close closes every idle connection and lets go of every producer's
+// Close sends the notifications still queued (each bounded by the IO
+// timeout), closes every idle connection and lets go of every producer's
 // region (a transfer copying from one unmaps it when it is done). Calls in
 // flight finish and close theirs; later calls still work, each on a
 // connection of its own and over TCP.
 func (c *Consumer) Close() error {
 	c.mu.Lock()
+	if !c.closed {
+		close(c.done)
+	}
 	c.closed = true
 	idle := c.idle
 	c.idle = make(map[string][]*idleConn)
@@ -98,6 +114,7 @@ func (c *Consumer) Close() error {
 	for _, mem := range unmap {
 		c.unmap(mem)
 	}
+	c.senders.Wait()
 	return nil
 }
 
@@ -464,42 +481,8 @@ func (c *Consumer) receiveShared(ctx context.Context, conn *frameConn, key strin
 	if err := c.checkDataHeader(dh, dst); err != nil {
 		return 0, err
 	}
-	bb := c.store.BlockBytes()
-	// Every block is checked before a byte is copied: a producer that
-	// names memory outside its region's block area, or a block without a
-	// counter, is broken or hostile.
-	for i, blk := range blocks {
-		if _, ok := r.lay.slot(len(r.mem), blk.offset, bb); !ok {
-			return 0, fmt.Errorf("%w: block %d at offset %d lies outside the block area of the producer's region of %d bytes", ErrProtocol, i, blk.offset, len(r.mem))
-		}
-	}
-	for i, id := range dst {
-		// Nothing here watches the connection, so a cancelled request
-		// stops at the next block rather than when the copy is over.
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		b := c.store.Block(id)
-		if len(b) != bb {
-			return 0, fmt.Errorf("block %d is %d bytes, store says %d", id, len(b), bb)
-		}
-		off := blocks[i].offset
-		copy(b, r.mem[off:off+uint64(bb)])
-	}
-	if c.afterSharedCopy != nil {
-		c.afterSharedCopy()
-	}
-	// The copy's loads must be done before the counters are read, or a
-	// block rewritten after its counter was read could slip through. Go
-	// has no bare fence; its atomic read-modify-writes order every earlier
-	// load before every later one on the architectures it supports, while
-	// a load-acquire alone would not hold back the loads before it (arm64).
-	copyFence.Add(1)
-	for i, blk := range blocks {
-		pos, _ := r.lay.slot(len(r.mem), blk.offset, bb)
-		if got := counterAt(r.mem, pos).Load(); got != blk.generation {
-			return 0, fmt.Errorf("%w: the producer freed block %d of %d (generation %d, now %d) while it was being copied; the copy is void", ErrUnknownTransfer, i, len(blocks), blk.generation, got)
-		}
+	if err := c.copyShared(ctx, r, blocks, dst); err != nil {
+		return 0, err
 	}
 
 	// From here dst is complete and sound, so nothing turns this into a
@@ -513,9 +496,5 @@ func (c *Consumer) receiveShared(ctx context.Context, conn *frameConn, key strin
 	*next = connState{reusable: true, doneOwed: true}
 	return int(dh.numTokens), nil
 }
-
-// copyFence is the target of the read-modify-write that separates a copy
-// out of a producer's region from the check of its generation counters.
-var copyFence atomic.Uint32
 
 const maxInt = int(^uint(0) >> 1)

@@ -36,7 +36,8 @@
 // The region is a header page, a generation table and the blocks:
 //
 //	0     "OKVTSHM2", id (16 bytes), then big-endian u64s: the file's size, the
-//	      table's offset, its number of counters, the offset of the block area
+//	      table's offset, its number of counters, the offset of the block area;
+//	      then the key tickets are signed with (32 bytes; zeros: no tickets)
 //	4096  the generation table: one u64 counter (native byte order, updated
 //	      atomically) per 512 bytes of block area, page-aligned
 //	data  the blocks (the memory SharedMemory.Bytes returns), page-aligned
@@ -56,6 +57,32 @@
 // producer freed (and may have reused) that block while it was being
 // copied, and the transfer fails with ErrUnknownTransfer instead of
 // keeping the copy; otherwise it acks, and does not wait for the DONE.
+//
+// # Tickets: one-sided reads
+//
+// A pull through shared memory still asks the producer where the blocks
+// lie. A producer with a region also signs that at export, in a ticket
+// (Producer.Ticket): the region's id, the token count, each block's offset
+// and generation, and an HMAC-SHA256 over them, the lease's key, the
+// producer's engine id, the cache shape, the byte order and the block
+// size, under the random key in the region's header, which only a process
+// that can map the region can read. The ticket
+// travels with the prefill's answer (kv_transfer_params.remote_shm), and
+// a consumer that has the region mapped already (from an earlier pull from
+// that producer) and finds that the ticket verifies copies the blocks and
+// checks their generations as after a DATA_SHM, without a word to the
+// producer: the way NIXL reads over RDMA. Then, in the background, it
+// tells the producer which leases it may free: a connection per producer,
+// opened like any other with a request of op "notify", carries NOTIFY
+// frames, each naming one or more leases, with nothing in answer; the
+// producer frees them as it would on an ack. The sender ends after the
+// idle timeout, and Close sends what is queued. A lost notification leaves
+// the lease to its expiry. A ticket that cannot be used — no mapping yet,
+// another region, a signature that does not verify because anything it
+// covers differs, another number of blocks — makes the consumer pull
+// instead, and the pull says what is wrong. A forged ticket cannot steer a
+// decode to blocks of other requests, and one replayed after its lease
+// ended finds the generations moved.
 //
 // # Wire format
 //
@@ -78,6 +105,8 @@
 //	                              goes as DATA
 //	consumer → producer  ACK      (empty); the producer frees its blocks only now
 //	producer → consumer  DONE     (empty)
+//	consumer → producer  NOTIFY   (type 9; after the ACCEPT of op "notify", any number, unanswered)
+//	                              {"keys"}: leases copied on their tickets, to free
 //
 // A transfer is complete for the consumer once its ACK is sent — after a
 // DATA_SHM, once the copy is done and the counters are checked: the DONE

@@ -43,6 +43,7 @@ type rigOpts struct {
 type transport struct {
 	name   string
 	shared bool
+	ticket bool // copies on the producer's tickets (benchmarks only)
 }
 
 func (tr transport) opts(o rigOpts) rigOpts {

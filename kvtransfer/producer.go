@@ -54,6 +54,7 @@ type lease struct {
 	// nil when some block lies outside it.
 	offsets     []uint64
 	generations []*atomic.Uint64
+	ticket      string // signed offsets and generations; "" when there is none
 }
 
 // waiter is a push consumer that arrived before its key was exported (or
@@ -179,6 +180,7 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 	}
 	l := &lease{key: key, blocks: slices.Clone(blocks), numTokens: numTokens, deadline: p.cfg.Clock().Add(p.cfg.LeaseDuration)}
 	l.offsets, l.generations = p.sharedOffsets(l.blocks)
+	l.ticket = p.ticketFor(l)
 
 	p.mu.Lock()
 	if p.closed {
@@ -511,6 +513,12 @@ func (p *Producer) handle(conn net.Conn, req *requestMsg, serverNonce []byte, lo
 	}
 
 	switch req.Op {
+	case opNotify:
+		if _, err := conn.Write(accept); err != nil {
+			return nil, false
+		}
+		p.notified(conn, log)
+		return nil, false
 	case opRelease:
 		if !p.Release(req.Key) {
 			refuse(conn, fmt.Errorf("%w: no lease for %q", ErrUnknownTransfer, req.Key))
@@ -544,11 +552,14 @@ func (p *Producer) admit(req *requestMsg, serverNonce []byte) error {
 			return fmt.Errorf("%w: wrong secret", ErrAuth)
 		}
 	}
-	if err := checkKey(req.Key); err != nil {
-		return fmt.Errorf("%w: %v", ErrProtocol, err)
-	}
 	if len(req.Nonce) != nonceLen {
 		return fmt.Errorf("%w: client nonce of %d bytes, want %d", ErrProtocol, len(req.Nonce), nonceLen)
+	}
+	if req.Op == opNotify {
+		return nil // keys come in the frames that follow
+	}
+	if err := checkKey(req.Key); err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	switch req.Op {
 	case opRelease:

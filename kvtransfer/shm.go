@@ -45,6 +45,11 @@ const (
 	sharedTableOff   = sharedSizeOff + 8         // u64: offset of the generation table
 	sharedEntriesOff = sharedTableOff + 8        // u64: counters in it
 	sharedDataOff    = sharedEntriesOff + 8      // u64: offset of the block area
+	// sharedTicketKeyOff holds the key the producer signs its tickets with
+	// (see ticket.go): only a process that can map the region can read it,
+	// and such a process can read every block anyway.
+	sharedTicketKeyOff = sharedDataOff + 8
+	sharedTicketKeyLen = 32
 )
 
 // sharedLayout is where a region's generation table and blocks lie, as its
@@ -106,10 +111,11 @@ func counterAt(mem []byte, pos uint64) *atomic.Uint64 {
 // /proc/<pid>/fd/<fd>); elsewhere NewSharedMemory fails and the data path
 // stays on TCP.
 type SharedMemory struct {
-	fd  int
-	mem []byte // the whole mapping: header page, generation table, then the blocks
-	id  [sharedIDLen]byte
-	lay sharedLayout
+	fd        int
+	mem       []byte // the whole mapping: header page, generation table, then the blocks
+	id        [sharedIDLen]byte
+	ticketKey [sharedTicketKeyLen]byte
+	lay       sharedLayout
 
 	mu     sync.Mutex
 	closed bool
@@ -129,8 +135,10 @@ func NewSharedMemory(size int) (*SharedMemory, error) {
 	}
 	m := &SharedMemory{fd: fd, mem: mem, lay: lay}
 	rand.Read(m.id[:]) // never fails (crypto/rand crashes the program instead)
+	rand.Read(m.ticketKey[:])
 	copy(mem, sharedMagic)
 	copy(mem[sharedIDOff:], m.id[:])
+	copy(mem[sharedTicketKeyOff:], m.ticketKey[:])
 	binary.BigEndian.PutUint64(mem[sharedSizeOff:], uint64(len(mem)))
 	binary.BigEndian.PutUint64(mem[sharedTableOff:], lay.table)
 	binary.BigEndian.PutUint64(mem[sharedEntriesOff:], lay.entries)
@@ -239,6 +247,13 @@ type peerRegion struct {
 	mem  []byte // read-only mapping of the whole file; nil when unusable
 	lay  sharedLayout
 	refs int // guarded by Consumer.mu
+}
+
+// ticketKey is the key the producer signs its tickets with, from the
+// region's header; all zeros (a producer that signs none) takes no ticket.
+func (r *peerRegion) ticketKey() ([]byte, bool) {
+	k := r.mem[sharedTicketKeyOff : sharedTicketKeyOff+sharedTicketKeyLen]
+	return k, !bytes.Equal(k, make([]byte, sharedTicketKeyLen))
 }
 
 func (r *peerRegion) is(adv *sharedAdvert) bool {

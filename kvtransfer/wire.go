@@ -37,6 +37,9 @@ const (
 	// data header, then where each block lies in the producer's region and
 	// its generation.
 	frameDataShared byte = 8
+	// frameNotify names leases the consumer copied on their tickets, on a
+	// connection opened for that with op "notify".
+	frameNotify byte = 9
 )
 
 // Request ops.
@@ -44,6 +47,7 @@ const (
 	opPull    = "pull"
 	opPush    = "push"
 	opRelease = "release"
+	opNotify  = "notify"
 )
 
 // Error codes carried by ERROR frames; each maps to one sentinel.

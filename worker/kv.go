@@ -275,6 +275,9 @@ type kvPlan struct {
 	push           bool
 	// response: the producer's block ids, filled in on export (pull)
 	blocks []int
+	// ticket lets a decode on this host copy the blocks out of the
+	// producer's shared memory without asking (remote_shm; pull only).
+	ticket string
 }
 
 // plan reads a request's kv_transfer_params. requestID keys pull transfers.
@@ -342,6 +345,11 @@ func (k *kvPath) plan(params map[string]any, requestID string) (*kvPlan, error) 
 		if _, ok := params["remote_block_ids"].([]any); !ok {
 			return nil, &paramError{"remote_block_ids: want a list of block ids"}
 		}
+		if t, ok := params["remote_shm"]; ok {
+			if pl.ticket, ok = t.(string); !ok {
+				return nil, &paramError{"remote_shm: want the prefill's ticket, a string"}
+			}
+		}
 		pl.addr = net.JoinHostPort(host, strconv.Itoa(int(port)))
 		return pl, nil
 	}
@@ -360,7 +368,11 @@ func stringParam(params map[string]any, key string) (string, error) {
 func (k *kvPath) exporter(pl *kvPlan) engine.KVExport {
 	return func(blocks []int, n int) error {
 		pl.blocks = append([]int(nil), blocks...)
-		return k.producer.Export(pl.key, blocks, n)
+		if err := k.producer.Export(pl.key, blocks, n); err != nil {
+			return err
+		}
+		pl.ticket = k.producer.Ticket(pl.key)
+		return nil
 	}
 }
 
@@ -374,7 +386,7 @@ func (k *kvPath) importer(pl *kvPlan, done *bool) engine.KVImport {
 		if pl.push {
 			n, err = k.consumer.Receive(ctx, pl.addr, pl.engineID, pl.key, dst)
 		} else {
-			n, err = k.consumer.Pull(ctx, pl.addr, pl.engineID, pl.key, dst)
+			n, err = k.consumer.PullWithTicket(ctx, pl.addr, pl.engineID, pl.key, pl.ticket, dst)
 		}
 		*done = err == nil
 		if err != nil && !errors.Is(err, kvtransfer.ErrUnknownTransfer) && !errors.Is(err, kvtransfer.ErrBusy) {
@@ -399,12 +411,15 @@ func (k *kvPath) release(pl *kvPlan) {
 }
 
 // responseParams is the kv_transfer_params a finished request returns:
-// where the decode pulls from (pull), or null (push, as Mooncake).
+// where the decode pulls from (pull), or null (push, as Mooncake). Besides
+// NIXL's keys it carries remote_shm, the producer's ticket, when the blocks
+// lie in shared memory: routers pass the object on as it is, and a decode
+// that does not know the key ignores it.
 func (k *kvPath) responseParams(pl *kvPlan, requestID string) any {
 	if pl == nil || !pl.export || k.cfg.handshake() == HandshakePush || pl.blocks == nil {
 		return nil
 	}
-	return map[string]any{
+	params := map[string]any{
 		"do_remote_prefill": true,
 		"do_remote_decode":  false,
 		"remote_engine_id":  k.cfg.EngineID,
@@ -414,4 +429,8 @@ func (k *kvPath) responseParams(pl *kvPlan, requestID string) any {
 		"remote_request_id": requestID,
 		"tp_size":           1,
 	}
+	if pl.ticket != "" {
+		params["remote_shm"] = pl.ticket
+	}
+	return params
 }

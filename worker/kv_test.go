@@ -125,6 +125,19 @@ func TestPDSharedMemory(t *testing.T) {
 				if st.SharedTransfers != uint64(want) || st.StreamedTransfers != uint64(requests-want) {
 					t.Errorf("decode's transfers: %+v, want %d through shared memory and %d over TCP", st, want, requests-want)
 				}
+				// Under pull, the first transfer maps the prefill's region;
+				// every later one copies on the prefill's ticket, and the
+				// prefill frees each lease on the decode's notification.
+				wantTicket := 0
+				if tt.wantShared && handshake == HandshakePull {
+					wantTicket = requests - 1
+				}
+				if st.TicketTransfers != uint64(wantTicket) {
+					t.Errorf("decode's transfers: %+v, want %d on the prefill's ticket", st, wantTicket)
+				}
+				if u := blocksHeldAtRest(prefill); u != 0 {
+					t.Errorf("prefill holds %d KV blocks after every transfer", u)
+				}
 
 				// The prefill's engine is idle: Close takes its cache out of
 				// the region and closes it; the decode lets go of its mapping.

@@ -129,8 +129,9 @@ func streamName(stream bool) string {
 
 // The KV side channel cut mid-transfer (push handshake: the decode reaches
 // the prefill's side channel through a proxy that closes both ends after
-// 4 KiB, mid-block; blocks go over TCP, not through the shared memory that
-// would carry them on this one host): the request ends with a clean error,
+// 4 KiB, mid-block, on a fresh connection, as the pooled ones are closed
+// first; blocks go over TCP, not through the shared memory that would
+// carry them on this one host): the request ends with a clean error,
 // the prefill's lease is released rather than left to expire, and
 // concurrent requests succeed.
 func TestKVChannelCutMidTransfer(t *testing.T) {
@@ -139,6 +140,7 @@ func TestKVChannelCutMidTransfer(t *testing.T) {
 			d := testbed.Start(t, testbed.Options{Handshake: "push", NoSharedMemory: true})
 			warm(t, d)
 			kv := d.Prefill[0].KV
+			kv.CloseOpen()
 			accepted := kv.Accepted()
 			kv.CutNext(4 << 10)
 			victim := start(d, chatPath, textChat("the victim", 8, stream))

@@ -235,11 +235,11 @@ func (c *Consumer) fetch(ctx context.Context, op, addr, engineID, key string, ds
 		}
 	}
 	for retried := false; ; retried = true {
-		// Only pulls reuse connections: a pull is on the decode's critical
-		// path after the prefill has returned, while a push registers
-		// before the prefill is done, so its dial overlaps the prefill, and
-		// a release runs in the background.
-		pool := op == opPull
+		// Pulls and pushes reuse connections, which spares both sides a
+		// dial, an accept and a hello per transfer; a release runs in the
+		// background, where a connection of its own costs nothing that
+		// matters.
+		pool := op != opRelease
 		var conn *frameConn
 		var doneOwed bool
 		if pool && !retried {

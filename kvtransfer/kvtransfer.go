@@ -126,9 +126,9 @@
 // A connection carries requests one after another: once a request has
 // completed (DONE, or a release's ACCEPT), the producer sends the next HELLO
 // with a fresh nonce in the same write, and the consumer may keep the
-// connection idle for its next pull. An ERROR ends the connection. The
-// consumer pools pull connections only (a push dials while the prefill still
-// runs; a release runs in the background), at most Config.MaxIdleConns per
+// connection idle for its next pull or push. An ERROR ends the connection.
+// The consumer pools pull and push connections (a release runs in the
+// background, on a connection of its own), at most Config.MaxIdleConns per
 // producer for Config.IdleTimeout, and when a pooled connection turns out to
 // have been closed before the producer answered, it retries once on a fresh
 // one: the producer had not seen the request, so nothing happened there.

@@ -63,8 +63,29 @@ func testPooledConnectionReused(t *testing.T, tr transport) {
 	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] != first[0] {
 		t.Fatalf("idle connections %v, want the first one again %v", got, first)
 	}
+	// So does a push, registered before the export, and the pull after it.
+	dst := r.cs.allocate(t, 2)
+	defer r.cs.Free(dst)
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := r.c.Receive(testCtx(t), r.addr, testEngine, "d", dst)
+		pushed <- err
+	}()
+	waitFor(t, "the push to wait", func() bool { return r.p.Stats().Waiting == 1 })
+	if got := r.c.pooled(r.addr); len(got) != 0 {
+		t.Fatalf("idle connections %v while the push waits on the pooled one", got)
+	}
+	r.export(t, "d", 2, 4)
+	if err := <-pushed; err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, r.cs, dst, 4)
+	r.pullOnce(t, "e", 1, 5)
+	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("idle connections %v, want the first one again %v", got, first)
+	}
 	waitFor(t, "the release's connection to close", func() bool { return r.p.producerConns() == 1 })
-	waitStats(t, r.p, ProducerStats{Completed: 2, Released: 1})
+	waitStats(t, r.p, ProducerStats{Completed: 4, Released: 1})
 }
 
 func TestStalePooledConnectionRetried(t *testing.T) {

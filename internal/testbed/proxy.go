@@ -111,6 +111,20 @@ func (p *Proxy) Open() int {
 	return len(p.pipes)
 }
 
+// CloseOpen closes every connection pair open now, as a restart of the
+// target would, and goes on accepting new ones.
+func (p *Proxy) CloseOpen() {
+	p.mu.Lock()
+	pipes := make([]*pipe, 0, len(p.pipes))
+	for pp := range p.pipes {
+		pipes = append(pipes, pp)
+	}
+	p.mu.Unlock()
+	for _, pp := range pipes {
+		pp.close()
+	}
+}
+
 // Close stops accepting, closes every connection and waits for the
 // proxy's goroutines.
 func (p *Proxy) Close() {
@@ -121,15 +135,9 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
-	pipes := make([]*pipe, 0, len(p.pipes))
-	for pp := range p.pipes {
-		pipes = append(pipes, pp)
-	}
 	p.mu.Unlock()
 	p.ln.Close()
-	for _, pp := range pipes {
-		pp.close()
-	}
+	p.CloseOpen()
 	p.wg.Wait()
 }
 

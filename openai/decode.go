@@ -375,6 +375,22 @@ func Member(doc []byte, key string) (json.RawMessage, error) {
 	return found, nil
 }
 
+// MemberValue is Member's value decoded as encoding/json decodes it into an
+// any — map[string]any, []any, string, float64, bool or nil (also when doc
+// has no such member) — without its reflection: a prefill's
+// kv_transfer_params, say, on every PD request.
+func MemberValue(doc []byte, key string) (any, error) {
+	raw, err := Member(doc, key)
+	if err != nil || len(raw) == 0 {
+		return nil, err
+	}
+	if x, ok := genericValue(trimSpace(raw)); ok {
+		return x, nil
+	}
+	var x any
+	return nil, json.Unmarshal(raw, &x) // a number no float64 holds: encoding/json's error
+}
+
 // maxValidDepth is a little under encoding/json's nesting limit of 10000.
 const maxValidDepth = 9990
 

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -30,6 +31,31 @@ func TestMemberAgreesWithEncodingJSON(t *testing.T) {
 		if err != nil || string(got) != string(want.KV) {
 			t.Errorf("Member(%s) = %s, %v; want %s", doc, got, err, want.KV)
 		}
+	}
+}
+
+// MemberValue decodes the member as encoding/json decodes it into an any,
+// a number too large for a float64 included (an error).
+func TestMemberValueAgreesWithEncodingJSON(t *testing.T) {
+	docs := []string{
+		`{"kv_transfer_params":{"remote_engine_id":"p0","remote_block_ids":[1,2],"remote_port":17100,"remote_shm":"AQx-_9"}}`,
+		`{"kv_transfer_params":null}`,
+		`{"kv_transfer_params":[1.5e-3,"\u00e9\ud83d\ude00",false,{}]}`,
+		`{"other":1}`,
+		`{"kv_transfer_params":{"big":1e999}}`,
+	}
+	for _, doc := range docs {
+		var want struct {
+			KV any `json:"kv_transfer_params"`
+		}
+		wantErr := json.Unmarshal([]byte(doc), &want)
+		got, err := MemberValue([]byte(doc), "kv_transfer_params")
+		if (err == nil) != (wantErr == nil) || err == nil && !reflect.DeepEqual(got, want.KV) {
+			t.Errorf("MemberValue(%s) = %#v, %v; encoding/json %#v, %v", doc, got, err, want.KV, wantErr)
+		}
+	}
+	if _, err := MemberValue([]byte(`[1]`), "k"); err == nil {
+		t.Error("MemberValue of an array: no error")
 	}
 }
 

@@ -645,16 +645,9 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	in.ok()
 	// Only this member matters here; the rest of the answer (its choice,
 	// perhaps logprobs or prompt token ids) is not decoded.
-	raw, err := openai.Member(resp.Body, "kv_transfer_params")
+	v, err := openai.MemberValue(resp.Body, "kv_transfer_params")
 	if err != nil {
-		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not a JSON object", Cause: err}
-	}
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, false, nil
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params are not JSON", Cause: err}
+		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not a JSON object with decodable kv_transfer_params", Cause: err}
 	}
 	return v, false, nil
 }

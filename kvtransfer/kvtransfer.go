@@ -62,8 +62,9 @@
 //
 // A pull through shared memory still asks the producer where the blocks
 // lie. A producer with a region also signs that at export, in a ticket
-// (Producer.Ticket): the region's id, the token count, each block's offset
-// and generation, and an HMAC-SHA256 over them, the lease's key, the
+// (Producer.Ticket): the region's id, the token count, each block's slot
+// (its offset in the block area over the block size) and generation, and
+// an HMAC-SHA256, cut to 128 bits, over them, the lease's key, the
 // producer's engine id, the cache shape, the byte order and the block
 // size, under the random key in the region's header, which only a process
 // that can map the region can read. The ticket

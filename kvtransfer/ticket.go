@@ -25,22 +25,27 @@ import (
 
 const (
 	ticketVersion = 1
-	// maxTicketBlocks bounds a ticket to 16 KiB of block places (22 KiB in
-	// base64): a lease of more blocks is pulled as before.
+	// maxTicketBlocks bounds a ticket to a few KiB: a lease of more blocks
+	// is pulled as before.
 	maxTicketBlocks = 1024
-	// ticketHdrLen: version, region id, num_tokens u64, blocks u32.
-	ticketHdrLen = 1 + sharedIDLen + 8 + 4
-	ticketMACLen = 32
+	// ticketMACLen is the signature's length: HMAC-SHA256 cut to 128 bits.
+	ticketMACLen = 16
 	// maxNotifyBatch bounds the keys of one NOTIFY frame's payload.
 	maxNotifyBatch = maxControl - 1024
 )
+
+// A ticket, before base64url: version, the region's id, then uvarints: the
+// token count, the number of blocks, and per block its slot (its offset in
+// the block area over the block size) and its generation; then the
+// signature. Slots and generations are small numbers, so a block takes a
+// few bytes, and the ticket of a short prompt is about a hundred.
 
 // ticket is a decoded ticket: the region it is for, the lease's token
 // count and blocks, the signed bytes and their signature.
 type ticket struct {
 	regionID  []byte
 	numTokens uint64
-	blocks    []sharedBlock
+	slots     []sharedBlock // offset holds the block's slot
 	signed    []byte
 	mac       []byte
 }
@@ -54,26 +59,33 @@ type ticket struct {
 func ticketMAC(key []byte, lease, engineID, shape string, blockBytes int, signed []byte) []byte {
 	var bb [4]byte
 	binary.BigEndian.PutUint32(bb[:], uint32(blockBytes))
-	return mac(string(key), "ticket", []byte(lease), []byte(engineID), []byte(shape), []byte(nativeByteOrder()), bb[:], signed)
+	return mac(string(key), "ticket", []byte(lease), []byte(engineID), []byte(shape), []byte(nativeByteOrder()), bb[:], signed)[:ticketMACLen]
 }
 
 // ticketFor signs l's blocks for consumers that map the region, or returns
-// "" when l has no places in it or too many blocks for a ticket.
+// "" when l has no places in it, has too many blocks for a ticket, or has
+// a block that does not start on a slot boundary.
 func (p *Producer) ticketFor(l *lease) string {
 	if l.offsets == nil || len(l.offsets) > maxTicketBlocks {
 		return ""
 	}
-	b := make([]byte, 0, ticketHdrLen+sharedBlockLen*len(l.offsets)+ticketMACLen)
+	bb := uint64(p.store.BlockBytes())
+	b := make([]byte, 0, 1+sharedIDLen+2*binary.MaxVarintLen64+4*len(l.offsets)+ticketMACLen)
 	b = append(b, ticketVersion)
 	b = append(b, p.region.id[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(l.numTokens))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(l.offsets)))
+	b = binary.AppendUvarint(b, uint64(l.numTokens))
+	b = binary.AppendUvarint(b, uint64(len(l.offsets)))
 	for i, off := range l.offsets {
+		rel := off - p.region.lay.data // sharedOffsets placed it in the block area
+		if rel%bb != 0 {
+			return ""
+		}
 		// The caller owns the blocks until Export returns and the lease
 		// holds them after, so no counter moves until the lease ends.
-		b = appendSharedBlock(b, sharedBlock{offset: off, generation: l.generations[i].Load()})
+		b = binary.AppendUvarint(b, rel/bb)
+		b = binary.AppendUvarint(b, l.generations[i].Load())
 	}
-	b = append(b, ticketMAC(p.region.ticketKey[:], l.key, p.cfg.EngineID, p.cfg.Shape, p.store.BlockBytes(), b)...)
+	b = append(b, ticketMAC(p.region.ticketKey[:], l.key, p.cfg.EngineID, p.cfg.Shape, int(bb), b)...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -92,28 +104,46 @@ func (p *Producer) Ticket(key string) string {
 }
 
 // parseTicket decodes a ticket. It checks the form only; the signature is
-// checked against the region's key, which the caller has.
+// checked against the region's key, which the caller has, and the slots
+// against the region's layout.
 func parseTicket(s string) (*ticket, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return nil, fmt.Errorf("not base64url: %w", err)
 	}
-	if len(b) < ticketHdrLen+ticketMACLen || b[0] != ticketVersion {
+	if len(b) < 1+sharedIDLen+2+ticketMACLen || b[0] != ticketVersion {
 		return nil, errors.New("not a ticket of this version")
 	}
 	signed, sig := b[:len(b)-ticketMACLen], b[len(b)-ticketMACLen:]
-	n := binary.BigEndian.Uint32(signed[ticketHdrLen-4:])
-	if n == 0 || n > maxTicketBlocks || len(signed) != ticketHdrLen+sharedBlockLen*int(n) {
-		return nil, fmt.Errorf("%d bytes for %d blocks", len(b), n)
-	}
-	t := &ticket{regionID: signed[1 : 1+sharedIDLen], numTokens: binary.BigEndian.Uint64(signed[1+sharedIDLen:]), signed: signed, mac: sig}
-	t.blocks = make([]sharedBlock, n)
-	places := signed[ticketHdrLen:]
-	for i := range t.blocks {
-		t.blocks[i] = sharedBlock{
-			offset:     binary.BigEndian.Uint64(places[sharedBlockLen*i:]),
-			generation: binary.BigEndian.Uint64(places[sharedBlockLen*i+8:]),
+	t := &ticket{regionID: signed[1 : 1+sharedIDLen], signed: signed, mac: sig}
+	rest := signed[1+sharedIDLen:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(rest)
+		if n <= 0 {
+			return 0, false
 		}
+		rest = rest[n:]
+		return v, true
+	}
+	var ok bool
+	var n uint64
+	if t.numTokens, ok = next(); !ok {
+		return nil, errors.New("no token count")
+	}
+	if n, ok = next(); !ok || n == 0 || n > maxTicketBlocks {
+		return nil, fmt.Errorf("%d blocks", n)
+	}
+	t.slots = make([]sharedBlock, n)
+	for i := range t.slots {
+		slot, ok1 := next()
+		gen, ok2 := next()
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("block %d of %d cut short", i, n)
+		}
+		t.slots[i] = sharedBlock{offset: slot, generation: gen}
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%d bytes after the blocks", len(rest))
 	}
 	return t, nil
 }
@@ -166,13 +196,22 @@ func (c *Consumer) readTicket(ctx context.Context, addr, engineID, key, s string
 		c.log.Warn("kvtransfer: ticket does not verify for this key, engine and geometry; pulling instead", "addr", addr, "key", key, "engine_id", engineID)
 		return 0, false, nil
 	}
-	if len(t.blocks) != len(dst) {
+	if len(t.slots) != len(dst) {
 		return 0, false, nil // the pull reports the count
 	}
 	if t.numTokens > uint64(maxInt) {
 		return 0, true, fmt.Errorf("%w: num_tokens %d", ErrProtocol, t.numTokens)
 	}
-	if err := c.copyShared(ctx, r, t.blocks, dst); err != nil {
+	blocks := make([]sharedBlock, len(t.slots))
+	for i, s := range t.slots {
+		// copyShared refuses a block outside the block area; a slot this
+		// far out would wrap the offset, so it is refused first.
+		if s.offset >= uint64(len(r.mem)/bb) {
+			return 0, true, fmt.Errorf("%w: block %d in slot %d, past the producer's region of %d bytes", ErrProtocol, i, s.offset, len(r.mem))
+		}
+		blocks[i] = sharedBlock{offset: r.lay.data + s.offset*uint64(bb), generation: s.generation}
+	}
+	if err := c.copyShared(ctx, r, blocks, dst); err != nil {
 		return 0, true, err
 	}
 	c.shared.Add(1)

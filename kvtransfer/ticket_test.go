@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,10 +124,9 @@ func TestTicketNotUsable(t *testing.T) {
 		{name: "garbage", ticket: func(string) string { return "not a ticket!" }},
 		{name: "truncated", ticket: func(own string) string { return own[:len(own)/2] }},
 		{name: "other version", ticket: func(own string) string { return resign(own, func(b []byte) { b[0]++ }) }},
-		{name: "offset moved", ticket: func(own string) string {
+		{name: "block moved", ticket: func(own string) string {
 			return resign(own, func(b []byte) {
-				off := b[ticketHdrLen:]
-				binary.BigEndian.PutUint64(off, binary.BigEndian.Uint64(off)+uint64(r.ps.bb))
+				b[1+sharedIDLen+2]++ // the first block's slot (one byte: a short count and a small slot)
 			})
 		}},
 		{name: "another lease's ticket", ticket: func(string) string { r.export(t, "decoy", 2, 6); return r.p.Ticket("decoy") }},
@@ -235,4 +236,61 @@ func TestNotifyAuth(t *testing.T) {
 	if err := refusalFrom(payload); typ != frameError || !errors.Is(err, ErrAuth) {
 		t.Fatalf("type %d err = %v, want ErrAuth", typ, err)
 	}
+}
+
+// signedTicket is a ticket for key signed with r's producer key, naming
+// one block by slot and generation: what a broken producer could send.
+func signedTicket(r *rig, key string, numTokens, slot, generation uint64) string {
+	b := append([]byte{ticketVersion}, r.ps.shm.id[:]...)
+	b = binary.AppendUvarint(b, numTokens)
+	b = binary.AppendUvarint(b, 1)
+	b = binary.AppendUvarint(b, slot)
+	b = binary.AppendUvarint(b, generation)
+	b = append(b, ticketMAC(r.ps.shm.ticketKey[:], key, testEngine, testShape, r.ps.bb, b)...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// TestTicketOutsideRegion: a ticket that verifies but names a block
+// outside the producer's region — a broken producer — fails the transfer
+// as a protocol error, whatever the slot, without reading a byte.
+func TestTicketOutsideRegion(t *testing.T) {
+	checkGoroutines(t)
+	r := newRig(t, rigOpts{shared: true, blocks: 4})
+	r.pullOnce(t, "first", 1, 1)
+	for _, slot := range []uint64{4, 1 << 40, math.MaxUint64} {
+		dst := r.cs.allocate(t, 1)
+		_, err := r.c.PullWithTicket(testCtx(t), r.addr, testEngine, "k", signedTicket(r, "k", 5, slot, 0), dst)
+		if !errors.Is(err, ErrProtocol) {
+			t.Errorf("slot %d: err = %v, want ErrProtocol", slot, err)
+		}
+		r.cs.Free(dst)
+	}
+	// The same ticket in a slot of the region verifies and copies.
+	r.export(t, "k", 1, 3)
+	dst := r.cs.allocate(t, 1)
+	defer r.cs.Free(dst)
+	// The rig's "first" lease is gone; "k" holds the one block in use.
+	slot := slices.Index(r.ps.used, true)
+	off, _ := r.ps.shm.offset(r.ps.Block(slot))
+	gen := r.ps.shm.generation(off, r.ps.bb).Load()
+	if _, err := r.c.PullWithTicket(testCtx(t), r.addr, testEngine, "k", signedTicket(r, "k", 5, uint64(slot), gen), dst); err != nil {
+		t.Fatalf("slot %d: %v", slot, err)
+	}
+	checkPattern(t, r.cs, dst, 3)
+}
+
+// FuzzParseTicket: whatever a kv_transfer_params object carries as a
+// ticket, parsing it neither panics nor accepts more blocks than a ticket
+// may name.
+func FuzzParseTicket(f *testing.F) {
+	f.Add("")
+	f.Add("AQ")
+	f.Add("ATYxwkll2dTxzetLCpDCEgEAAAAAAAAAUgAAAAYAAAAAABkQAAAAAAAAAAAAAAAAAAAZUA")
+	f.Add(base64.RawURLEncoding.EncodeToString(append(append([]byte{ticketVersion}, make([]byte, sharedIDLen)...), 5, 1, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)))
+	f.Fuzz(func(t *testing.T, s string) {
+		tk, err := parseTicket(s)
+		if err == nil && (len(tk.slots) == 0 || len(tk.slots) > maxTicketBlocks || len(tk.mac) != ticketMACLen) {
+			t.Fatalf("parsed %q into %d blocks and a %d-byte signature", s, len(tk.slots), len(tk.mac))
+		}
+	})
 }

@@ -2,8 +2,8 @@
 # Runs omnipd's whole test suite: formatting, go vet, every test (with the
 # race detector) including the fault-injection suite, a short soak and the
 # Kubernetes manifests against a real kube-apiserver, and short fuzzes of
-# the config loader, the request decoder, the SSE reader and the generic JSON
-# decoder. CI runs exactly this.
+# the config loader, the request decoder, the SSE reader, the generic JSON
+# decoder and the KV ticket parser. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,3 +48,6 @@ go test -run='^$' -fuzz='^FuzzSSEReader$' -fuzztime="$FUZZTIME" ./openai
 
 echo "== fuzz the generic JSON decoder against encoding/json ($FUZZTIME)"
 go test -run='^$' -fuzz='^FuzzGenericValue$' -fuzztime="$FUZZTIME" ./openai
+
+echo "== fuzz the KV ticket parser ($FUZZTIME)"
+go test -run='^$' -fuzz='^FuzzParseTicket$' -fuzztime="$FUZZTIME" ./kvtransfer

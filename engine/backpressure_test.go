@@ -41,3 +41,29 @@ func TestStalledConsumerPausesOnlyItsRequest(t *testing.T) {
 		t.Errorf("the stalled request, read again: %s after %d tokens", r.last.FinishReason, len(r.tokens))
 	}
 }
+
+// A request shorter than the event buffer runs to its end while nobody
+// reads it: its channel, sized to its max_tokens, holds every event, the
+// last one included, so a prefill leg's answer never waits on its reader.
+func TestShortRequestBufferHoldsEveryEvent(t *testing.T) {
+	e := start(t, Config{})
+	for _, n := range []int{1, 2, 7, maxEventBuffer - 1} {
+		p := greedy(n)
+		p.IgnoreEOS = true
+		ch, err := e.Submit(t.Context(), &Request{ID: "short", Prompt: []int{1, 2, 3}, Params: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Finished unread: every event is in the buffer, then the close.
+		deadline := time.Now().Add(30 * time.Second)
+		for len(ch) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("max_tokens %d: only %d events buffered", n, len(ch))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if r := collect(t, ch); r.last.FinishReason != "length" || len(r.tokens) != n {
+			t.Fatalf("max_tokens %d: %s after %d tokens", n, r.last.FinishReason, len(r.tokens))
+		}
+	}
+}

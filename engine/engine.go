@@ -267,6 +267,21 @@ type importResult struct {
 	err       error
 }
 
+// maxEventBuffer is how many events a request's channel holds unread
+// before the engine pauses the request (see schedule).
+const maxEventBuffer = 64
+
+// eventBuffer sizes a request's event channel: room for every event it can
+// send (one per token, the last one included) when that is fewer than
+// maxEventBuffer. A prefill leg's single token then costs a channel of two
+// events rather than one of 64, about 8 KiB allocated and cleared.
+func eventBuffer(maxTokens int) int {
+	if maxTokens > 0 && maxTokens < maxEventBuffer {
+		return maxTokens + 1
+	}
+	return maxEventBuffer
+}
+
 // Submit queues a request. Its events arrive on the returned channel, which
 // is closed after the last one. Cancelling ctx aborts the request.
 func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error) {
@@ -294,7 +309,7 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	s := &sequence{
 		req:       req,
 		ctx:       ctx,
-		events:    make(chan Event, 64),
+		events:    make(chan Event, eventBuffer(req.Params.MaxTokens)),
 		tokens:    slices.Clone(req.Prompt),
 		promptLen: len(req.Prompt),
 		sampler:   sampler.New(req.Params, e.tok.EOSTokenIDs()),

@@ -453,13 +453,13 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 		delete(c.Extra, "min_completion_tokens")
 		drop.Completion = c
 	}
+	// The claim counts onto the decode like any leg, but past the queue
+	// bound if need be: it is one token, it only frees KV the prefill
+	// holds, and refusing it would leave that KV to its lease.
+	o.track(o.cfg.Decode, dec, +1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := o.admit(o.cfg.Decode, dec); err != nil {
-			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
-			return
-		}
 		if res, err := o.decodeOn(ctx, &drop, dec, h, params, PathDisaggregated, log); err != nil {
 			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
 		} else {

@@ -282,3 +282,38 @@ func TestDecodeCountedWhilePrefillRuns(t *testing.T) {
 		t.Errorf("the prefill ran %d times, want once", n)
 	}
 }
+
+// A claim goes out even when the decode has no room left under the queue
+// bound: it only frees KV the prefill holds, and refusing it would leave
+// that KV to its lease. Here the decode refuses the client's leg after the
+// prefill exported, while another request takes the decode's last place.
+func TestClaimPastQueueBound(t *testing.T) {
+	var o *Orchestrator
+	dec := &fakeStage{received: make(chan struct{}, 4)}
+	dec.answer = func(w http.ResponseWriter, body map[string]any) {
+		if body["max_tokens"] == 1.0 {
+			decodeAnswer(w, body) // the claim
+			return
+		}
+		o.track(o.cfg.Decode, o.cfg.Decode.Instances[0], +1) // another request's leg
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"max_tokens is too large","type":"invalid_request_error","code":400}}`)
+	}
+	o = newOrch(t, &fakeStage{answer: nixlPrefillAnswer}, dec, "NixlConnector")
+	o.cfg.Decode.MaxQueue = 1
+	_, err := o.Do(context.Background(), chatRequest(t, "r1", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":100}`))
+	if !rejected(err) {
+		t.Fatalf("err = %v, want the decode's refusal", err)
+	}
+	<-dec.received
+	select {
+	case <-dec.received:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no claim reached the full decode: the exported KV waits out its lease")
+	}
+	if d, _ := dec.last(); d["max_tokens"] != 1.0 || d["kv_transfer_params"] == nil {
+		t.Errorf("claiming decode %v: want one token, with the handoff", d)
+	}
+	o.track(o.cfg.Decode, o.cfg.Decode.Instances[0], -1)
+}

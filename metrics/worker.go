@@ -7,6 +7,7 @@
 package metrics
 
 import (
+	"maps"
 	"net/http"
 	"time"
 
@@ -28,11 +29,23 @@ type WorkerLoad interface {
 	KVCacheUsage() float64 // 0 to 1
 }
 
-// KVLeaseStats is what the KV side channel's gauges read at scrape time.
+// KVLeaseStats is what the KV side channel's gauges read at scrape time:
+// the producer's leases, and how the consumer's imports came.
 type KVLeaseStats interface {
 	LeasedBlocks() int
 	ExpiredLeases() uint64
+	// Imports counts completed KV imports by path: copied on the
+	// prefill's ticket, copied out of its shared memory after a request,
+	// received over TCP.
+	Imports() (ticket, sharedMemory, tcp uint64)
 }
+
+// KV import paths, as omnipd_kv_imports_total labels them.
+const (
+	importTicket       = "ticket"
+	importSharedMemory = "shared_memory"
+	importTCP          = "tcp"
+)
 
 // Worker holds a stage worker's metrics.
 type Worker struct {
@@ -99,6 +112,17 @@ func NewWorker(model string, load WorkerLoad, kv KVLeaseStats) *Worker {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "omnipd_kv_lease_expired_total", Help: "Exported KV transfers that nobody claimed before their lease ran out.", ConstLabels: labels},
 				func() float64 { return float64(kv.ExpiredLeases()) }),
 		)
+		for i, path := range []string{importTicket, importSharedMemory, importTCP} {
+			pathLabels := prometheus.Labels{"path": path}
+			maps.Copy(pathLabels, labels)
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "omnipd_kv_imports_total", ConstLabels: pathLabels,
+				Help: "KV imports completed by this decode, by path: copied on the prefill's ticket without a request, copied out of its shared memory after one, or received over TCP.",
+			}, func() float64 {
+				ticket, shared, tcp := kv.Imports()
+				return float64([]uint64{ticket, shared, tcp}[i])
+			}))
+		}
 	}
 	for _, s := range []string{SourceLocalCompute, SourceExternalKVTransfer} {
 		w.promptBySource.WithLabelValues(s)

@@ -243,12 +243,21 @@ func (k *kvPath) close(log *slog.Logger) {
 	k.unshareCache(log)
 }
 
-// LeasedBlocks and ExpiredLeases feed the worker's metrics.
+// LeasedBlocks, ExpiredLeases and Imports feed the worker's metrics.
 func (k *kvPath) LeasedBlocks() int {
 	if k.producer == nil {
 		return 0
 	}
 	return k.producer.Stats().LeasedBlocks
+}
+
+// Imports counts the consumer's completed imports by path (metrics).
+func (k *kvPath) Imports() (ticket, sharedMemory, tcp uint64) {
+	if k.consumer == nil {
+		return 0, 0, 0
+	}
+	st := k.consumer.Stats()
+	return st.TicketTransfers, st.SharedTransfers - st.TicketTransfers, st.StreamedTransfers
 }
 
 func (k *kvPath) ExpiredLeases() uint64 {

@@ -135,6 +135,14 @@ func TestPDSharedMemory(t *testing.T) {
 				if st.TicketTransfers != uint64(wantTicket) {
 					t.Errorf("decode's transfers: %+v, want %d on the prefill's ticket", st, wantTicket)
 				}
+				// The decode's metrics say the same, by path.
+				m := scrape(t, decode.url)
+				for path, want := range map[string]int{"ticket": wantTicket, "shared_memory": want - wantTicket, "tcp": requests - want} {
+					series := `omnipd_kv_imports_total{model_name="omnipd-reference",path="` + path + `"}`
+					if got := metricValue(t, m, series); got != float64(want) {
+						t.Errorf("%s = %v, want %d", series, got, want)
+					}
+				}
 				if u := blocksHeldAtRest(prefill); u != 0 {
 					t.Errorf("prefill holds %d KV blocks after every transfer", u)
 				}

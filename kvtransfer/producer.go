@@ -239,6 +239,14 @@ func (p *Producer) sharedOffsets(blocks []int) ([]uint64, []*atomic.Uint64) {
 // freed as soon as the handler lets go of them. It reports whether key was
 // leased.
 func (p *Producer) Release(key string) bool {
+	return p.end(key, &p.stats.Released, "kvtransfer: released")
+}
+
+// end drops key's lease and frees its blocks, counting it in counter
+// (Released, or Completed for a copy a consumer notified). A lease being
+// streamed has its stream aborted and is freed, as Released, once the
+// stream lets go of it. It reports whether key was leased.
+func (p *Producer) end(key string, counter *uint64, msg string) bool {
 	p.mu.Lock()
 	l, ok := p.leases[key]
 	if !ok {
@@ -250,14 +258,14 @@ func (p *Producer) Release(key string) bool {
 		abort := l.abort
 		p.mu.Unlock()
 		abort()
-		p.log.Debug("kvtransfer: release aborts a stream in flight", "key", key)
+		p.log.Debug("kvtransfer: lease ended while streamed; aborting the stream", "key", key, "why", msg)
 		return true
 	}
 	free := p.dropLocked(l)
-	p.stats.Released++
+	*counter++
 	p.mu.Unlock()
 	p.store.Free(free)
-	p.log.Debug("kvtransfer: released", "key", key, "blocks", len(free))
+	p.log.Debug(msg, "key", key, "blocks", len(free))
 	return true
 }
 

@@ -471,22 +471,5 @@ func (p *Producer) notified(conn net.Conn, log *slog.Logger) {
 // one being streamed to another consumer right now is released as Release
 // would.
 func (p *Producer) copied(key string) {
-	p.mu.Lock()
-	l, ok := p.leases[key]
-	switch {
-	case !ok:
-		p.mu.Unlock()
-		return
-	case l.streaming:
-		l.released = true
-		abort := l.abort
-		p.mu.Unlock()
-		abort()
-		return
-	}
-	free := p.dropLocked(l)
-	p.stats.Completed++
-	p.mu.Unlock()
-	p.store.Free(free)
-	p.log.Debug("kvtransfer: copied on its ticket", "key", key, "blocks", len(free))
+	p.end(key, &p.stats.Completed, "kvtransfer: copied on its ticket")
 }

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Compares the PD path's overhead between two revisions of omnipd in one run:
-# for each revision in turn, ROUNDS times, it serves docs/benchmarks/pd-1p1d.yaml
-# on zero-cost engines and measures, as scripts/overhead.sh does, the direct
+# for each revision in turn, ROUNDS times, it serves $CONFIG (default
+# docs/benchmarks/pd-1p1d.yaml, the pull handshake) on zero-cost engines and measures, as scripts/overhead.sh does, the direct
 # path and the PD path at 1 client (E2E p50) and at 16 clients (requests/s).
 # The revisions alternate, so both see the same machine; read the ratios.
 #
 #   scripts/overhead-compare.sh 81cfa04 HEAD     # about 2 minutes, plus two builds
 #   ROUNDS=5 scripts/overhead-compare.sh A B
+#   CONFIG=docs/benchmarks/pd-1p1d-push.yaml scripts/overhead-compare.sh A B   # the push handshake
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: $0 REVISION REVISION" >&2; exit 2; }
 
 ROUNDS="${ROUNDS:-3}"
+CONFIG="${CONFIG:-docs/benchmarks/pd-1p1d.yaml}"
 PROMPTS="${PROMPTS:-800}"
 DURATION="${DURATION:-6s}"
 PORT="${PORT:-18742}"
@@ -47,7 +49,7 @@ printf '|---|---:|---:|---:|---:|---:|---:|---:|\n'
 for r in $(seq 1 "$ROUNDS"); do
   for i in 1 2; do
     bin="${bins[$((i - 1))]}"
-    start_serve "$tmp/serve.log" --config docs/benchmarks/pd-1p1d.yaml --simulate zero
+    start_serve "$tmp/serve.log" --config "$CONFIG" --simulate zero
     decode_url="$(worker_url thinker-decode-0 "$tmp/serve.log")"
     read -r _ d1 <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 1)"
     read -r _ p1 <<<"$(measure "http://127.0.0.1:$PORT" "" 1)"

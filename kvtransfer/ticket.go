@@ -362,6 +362,12 @@ func (c *Consumer) notifyLoop(addr string, q *notifyQueue) {
 // leases then wait for their expiry).
 func (c *Consumer) sendNotify(conn *frameConn, addr string, keys []string) *frameConn {
 	frames, err := notifyFrames(keys)
+	if conn != nil && peerClosed(conn.Conn) {
+		// The producer dropped it (a restart, its idle bound): the first
+		// write would seem to succeed and be lost.
+		conn.Close()
+		conn = nil
+	}
 	for attempt := 0; err == nil && attempt < 2; attempt++ {
 		if conn == nil {
 			if conn, err = c.openNotify(addr); err != nil {

@@ -77,6 +77,34 @@ func TestTicketClosedConsumerNotifies(t *testing.T) {
 	waitStats(t, r.p, ProducerStats{Completed: 2 + copies})
 }
 
+// TestTicketNotifyAfterProducerDrop: when the producer has dropped the
+// notification stream (as on its idle bound), the next notification goes
+// on a fresh connection instead of into the dead one, so the lease is
+// freed and does not wait for its expiry.
+func TestTicketNotifyAfterProducerDrop(t *testing.T) {
+	checkGoroutines(t)
+	r := newRig(t, rigOpts{shared: true})
+	r.pullOnce(t, "first", 1, 1)
+	dst, err := r.ticketPull(t, "k1", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cs.Free(dst)
+	waitStats(t, r.p, ProducerStats{Completed: 2})
+	r.p.mu.Lock()
+	for c := range r.p.conns {
+		c.Close()
+	}
+	r.p.mu.Unlock()
+	waitFor(t, "the producer to drop its connections", func() bool { return r.p.producerConns() == 0 })
+	dst, err = r.ticketPull(t, "k2", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cs.Free(dst)
+	waitStats(t, r.p, ProducerStats{Completed: 3})
+}
+
 // TestTicketSenderIdles: the notification sender ends, and its connection
 // closes, once the consumer has had nothing to send for its idle timeout.
 func TestTicketSenderIdles(t *testing.T) {

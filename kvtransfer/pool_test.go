@@ -20,6 +20,18 @@ func (c *Consumer) pooled(addr string) []net.Conn {
 	return conns
 }
 
+// dropConns closes the producer's end of every connection, as its idle
+// bound or a restart would, and waits until it serves none.
+func (p *Producer) dropConns(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	waitFor(t, "the producer to drop its connections", func() bool { return p.producerConns() == 0 })
+}
+
 // producerConns is how many connections the producer is serving.
 func (p *Producer) producerConns() int {
 	p.mu.Lock()
@@ -104,12 +116,7 @@ func testStalePooledConnectionRetried(t *testing.T, tr transport) {
 	// The producer drops its end, as after an idle timeout or a restart;
 	// the consumer has already buffered the last pull's DONE and the next
 	// hello, so it notices only when its request goes unanswered.
-	r.p.mu.Lock()
-	for c := range r.p.conns {
-		c.Close()
-	}
-	r.p.mu.Unlock()
-	waitFor(t, "the producer to drop the connection", func() bool { return r.p.producerConns() == 0 })
+	r.p.dropConns(t)
 
 	r.pullOnce(t, "b", 2, 2)
 	if got := r.c.pooled(r.addr); len(got) != 1 || got[0] == stale[0] {

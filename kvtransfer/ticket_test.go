@@ -28,6 +28,20 @@ func (r *rig) ticketPull(t *testing.T, key string, n int, seed uint64) ([]int, e
 	return dst, err
 }
 
+// ticketPullOnce is ticketPull, checked: the blocks arrive intact, and the
+// producer frees the lease on the notification.
+func (r *rig) ticketPullOnce(t *testing.T, key string, n int, seed uint64) {
+	t.Helper()
+	before := r.p.Stats().Completed
+	dst, err := r.ticketPull(t, key, n, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, r.cs, dst, seed)
+	r.cs.Free(dst)
+	waitFor(t, "the producer to take the notification", func() bool { return r.p.Stats().Completed > before })
+}
+
 // TestTicketPull: the first pull from a producer maps its region; from then
 // on the consumer copies on the producer's tickets, the blocks arrive
 // intact, and the producer frees every lease on the notifications.
@@ -85,23 +99,9 @@ func TestTicketNotifyAfterProducerDrop(t *testing.T) {
 	checkGoroutines(t)
 	r := newRig(t, rigOpts{shared: true})
 	r.pullOnce(t, "first", 1, 1)
-	dst, err := r.ticketPull(t, "k1", 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cs.Free(dst)
-	waitStats(t, r.p, ProducerStats{Completed: 2})
-	r.p.mu.Lock()
-	for c := range r.p.conns {
-		c.Close()
-	}
-	r.p.mu.Unlock()
-	waitFor(t, "the producer to drop its connections", func() bool { return r.p.producerConns() == 0 })
-	dst, err = r.ticketPull(t, "k2", 1, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cs.Free(dst)
+	r.ticketPullOnce(t, "k1", 1, 2)
+	r.p.dropConns(t)
+	r.ticketPullOnce(t, "k2", 1, 3)
 	waitStats(t, r.p, ProducerStats{Completed: 3})
 }
 
@@ -111,12 +111,7 @@ func TestTicketSenderIdles(t *testing.T) {
 	checkGoroutines(t)
 	r := newRig(t, rigOpts{shared: true, cons: func(c *Config) { c.IdleTimeout = 50 * time.Millisecond }})
 	r.pullOnce(t, "first", 1, 1)
-	dst, err := r.ticketPull(t, "k", 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cs.Free(dst)
-	waitStats(t, r.p, ProducerStats{Completed: 2})
+	r.ticketPullOnce(t, "k", 1, 2)
 	waitFor(t, "the sender and the pooled connection to go", func() bool {
 		r.c.mu.Lock()
 		senders := len(r.c.notifies)

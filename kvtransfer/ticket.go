@@ -45,9 +45,15 @@ const (
 type ticket struct {
 	regionID  []byte
 	numTokens uint64
-	slots     []sharedBlock // offset holds the block's slot
+	slots     []ticketBlock
 	signed    []byte
 	mac       []byte
+}
+
+// ticketBlock is a block as a ticket names it: its slot in the block area
+// (its offset there over the block size) and its generation.
+type ticketBlock struct {
+	slot, generation uint64
 }
 
 // ticketMAC signs a ticket's bytes together with what the consumer must
@@ -133,14 +139,14 @@ func parseTicket(s string) (*ticket, error) {
 	if n, ok = next(); !ok || n == 0 || n > maxTicketBlocks {
 		return nil, fmt.Errorf("%d blocks", n)
 	}
-	t.slots = make([]sharedBlock, n)
+	t.slots = make([]ticketBlock, n)
 	for i := range t.slots {
 		slot, ok1 := next()
 		gen, ok2 := next()
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("block %d of %d cut short", i, n)
 		}
-		t.slots[i] = sharedBlock{offset: slot, generation: gen}
+		t.slots[i] = ticketBlock{slot: slot, generation: gen}
 	}
 	if len(rest) != 0 {
 		return nil, fmt.Errorf("%d bytes after the blocks", len(rest))
@@ -203,13 +209,13 @@ func (c *Consumer) readTicket(ctx context.Context, addr, engineID, key, s string
 		return 0, true, fmt.Errorf("%w: num_tokens %d", ErrProtocol, t.numTokens)
 	}
 	blocks := make([]sharedBlock, len(t.slots))
-	for i, s := range t.slots {
+	for i, tb := range t.slots {
 		// copyShared refuses a block outside the block area; a slot this
 		// far out would wrap the offset, so it is refused first.
-		if s.offset >= uint64(len(r.mem)/bb) {
-			return 0, true, fmt.Errorf("%w: block %d in slot %d, past the producer's region of %d bytes", ErrProtocol, i, s.offset, len(r.mem))
+		if tb.slot >= uint64(len(r.mem)/bb) {
+			return 0, true, fmt.Errorf("%w: block %d in slot %d, past the producer's region of %d bytes", ErrProtocol, i, tb.slot, len(r.mem))
 		}
-		blocks[i] = sharedBlock{offset: r.lay.data + s.offset*uint64(bb), generation: s.generation}
+		blocks[i] = sharedBlock{offset: r.lay.data + tb.slot*uint64(bb), generation: tb.generation}
 	}
 	if err := c.copyShared(ctx, r, blocks, dst); err != nil {
 		return 0, true, err

@@ -120,7 +120,7 @@ func NewWorker(model string, load WorkerLoad, kv KVLeaseStats) *Worker {
 				Help: "KV imports completed by this decode, by path: copied on the prefill's ticket without a request, copied out of its shared memory after one, or received over TCP.",
 			}, func() float64 {
 				ticket, shared, tcp := kv.Imports()
-				return float64([]uint64{ticket, shared, tcp}[i])
+				return float64([...]uint64{ticket, shared, tcp}[i])
 			}))
 		}
 	}

@@ -178,3 +178,22 @@ func TestWorkerProcsShareTheHost(t *testing.T) {
 		}
 	}
 }
+
+// serve picks its own GOGC only when the environment has none: GOGC=off or
+// any number the user set is theirs.
+func TestServeGCPercentLeavesTheUsersChoice(t *testing.T) {
+	for _, tt := range []struct {
+		env  string
+		want int
+		set  bool
+	}{
+		{env: "", want: defaultServeGCPercent, set: true},
+		{env: "100"},
+		{env: "50"},
+		{env: "off"},
+	} {
+		if got, set := serveGCPercent(tt.env); got != tt.want || set != tt.set {
+			t.Errorf("serveGCPercent(%q) = %d, %v; want %d, %v", tt.env, got, set, tt.want, tt.set)
+		}
+	}
+}

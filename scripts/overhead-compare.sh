@@ -4,6 +4,12 @@
 # docs/benchmarks/pd-1p1d.yaml, the pull handshake) on zero-cost engines and measures, as scripts/overhead.sh does, the direct
 # path and the PD path at 1 client (E2E p50) and at 16 clients (requests/s).
 # The revisions alternate, so both see the same machine; read the ratios.
+# Each row ends with the CPU time omnipd serve and each worker spent per PD
+# request at 16 clients, as a multiple of the bench client's: the bench is
+# the first revision's binary in every run, so its work per request is the
+# same, and a machine that runs slower for a while slows it alike. These
+# ratios vary far less between rounds than requests/s or µs do on a shared
+# machine, and show which process a change made cheaper.
 #
 #   scripts/overhead-compare.sh 81cfa04 HEAD     # about 2 minutes, plus two builds
 #   ROUNDS=5 scripts/overhead-compare.sh A B
@@ -39,24 +45,38 @@ export OMNIPD_SECRET="compare-$RANDOM$RANDOM"
 measure() { # base-url key concurrency -> "req/s e2e-p50-ms"
   local load=(--num-prompts "$PROMPTS")
   [ "$3" = 1 ] || load=(--duration "$DURATION")
-  "$bin" bench --base-url "$1" --api-key "$2" --concurrency "$3" "${load[@]}" --warmup 50 --input-len 32 \
+  "$bench" bench --base-url "$1" --api-key "$2" --concurrency "$3" "${load[@]}" --warmup 50 --input-len 32 \
     --output-len 16 --seed 1 --quiet --output-json "$tmp/run.json" >/dev/null
   sed -n 's/.*"request_throughput_rps": *\([0-9.]*\).*/\1/p' "$tmp/run.json" | head -1 | tr '\n' ' '
   awk '/"e2e_ms"/ {e=1} e && /"p50"/ {gsub(/[^0-9.]/, "", $2); print $2; exit}' "$tmp/run.json"
 }
-printf '| revision | round | direct, 1 client | PD, 1 client | added | direct, 16 clients | PD, 16 clients | PD / direct |\n'
-printf '|---|---:|---:|---:|---:|---:|---:|---:|\n'
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a running process
+bench="${bins[0]}"
+printf '| revision | round | direct, 1 client | PD, 1 client | added | direct, 16 clients | PD, 16 clients | PD / direct | CPU per PD request ÷ bench\x27s: serve / prefill / decode |\n'
+printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for r in $(seq 1 "$ROUNDS"); do
   for i in 1 2; do
     bin="${bins[$((i - 1))]}"
     start_serve "$tmp/serve.log" --config "$CONFIG" --simulate zero
     decode_url="$(worker_url thinker-decode-0 "$tmp/serve.log")"
+    pids=("$serve_pid")
+    for p in $(pgrep -P "$serve_pid"); do
+      case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in
+        *thinker-prefill*) pids[1]=$p ;;
+        *thinker-decode*) pids[2]=$p ;;
+      esac
+    done
     read -r _ d1 <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 1)"
     read -r _ p1 <<<"$(measure "http://127.0.0.1:$PORT" "" 1)"
     read -r d16 _ <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 16)"
-    read -r p16 _ <<<"$(measure "http://127.0.0.1:$PORT" "" 16)"
+    before=(); for p in "${pids[@]}"; do before+=("$(ticks "$p")"); done
+    # The subshell reaps the bench, so the bench's CPU time is its children's.
+    read -r p16 _ benchticks <<<"$({ measure "http://127.0.0.1:$PORT" "" 16; awk '{print $16 + $17}' "/proc/$BASHPID/stat"; } | tr '\n' ' ')"
+    after=(); for p in "${pids[@]}"; do after+=("$(ticks "$p")"); done
     stop_serve
-    awk -v rev="${!i}" -v r="$r" -v d1="$d1" -v p1="$p1" -v d16="$d16" -v p16="$p16" 'BEGIN {
-      printf "| %s | %d | %.2f ms | %.2f ms | +%.2f ms | %.0f req/s | %.0f req/s | %.2f× |\n", rev, r, d1, p1, p1 - d1, d16, p16, p16 / d16 }'
+    awk -v rev="${!i}" -v r="$r" -v d1="$d1" -v p1="$p1" -v d16="$d16" -v p16="$p16" -v b="$benchticks" \
+      -v s="$((after[0] - before[0]))" -v pf="$((after[1] - before[1]))" -v dc="$((after[2] - before[2]))" 'BEGIN {
+      printf "| %s | %d | %.2f ms | %.2f ms | +%.2f ms | %.0f req/s | %.0f req/s | %.2f× | %.2f / %.2f / %.2f |\n",
+        rev, r, d1, p1, p1 - d1, d16, p16, p16 / d16, s / b, pf / b, dc / b }'
   done
 done

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -249,6 +250,11 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	// A report that cannot be written is found out now, before the load,
+	// not after it: a long run's results would otherwise be lost.
+	if err := prepareOutputs(o.outputJSON, o.plotDir); err != nil {
+		return err
+	}
 	cfg := p.cfg
 	cfg.Client = bench.ClientFor(p.loads...)
 	if cfg.Target.Model == "" {
@@ -272,22 +278,27 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		return err
 	}
 	rep := &bench.Report{Settings: p.settings, Runs: runs, Interrupted: ctx.Err() != nil}
+	// Every output is attempted even when another fails, so one bad
+	// destination costs only its own copy of the results.
+	var failed []error
 	if err := rep.WriteMarkdown(stdout); err != nil {
-		return err
+		failed = append(failed, err)
 	}
 	if o.outputJSON != "" {
 		if err := writeJSONReport(o.outputJSON, rep); err != nil {
-			return err
+			failed = append(failed, err)
 		}
 	}
 	if o.plotDir != "" {
 		files, err := rep.WritePlots(o.plotDir)
 		if err != nil {
-			return err
-		}
-		if !o.quiet {
+			failed = append(failed, err)
+		} else if !o.quiet {
 			fmt.Fprintf(stderr, "wrote %d charts to %s\n", len(files), o.plotDir)
 		}
+	}
+	if len(failed) > 0 {
+		return errors.Join(failed...)
 	}
 	if rep.Interrupted {
 		fmt.Fprintln(stderr, "interrupted: the report covers the requests that finished")
@@ -302,16 +313,57 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	return exitError{1}
 }
 
+// prepareOutputs creates the directories the report goes to and checks
+// that files can be written there.
+func prepareOutputs(jsonPath, plotDir string) error {
+	if jsonPath != "" {
+		if fi, err := os.Stat(jsonPath); err == nil && fi.IsDir() {
+			return fmt.Errorf("--output-json %s: is a directory", jsonPath)
+		}
+		if err := writableDir(filepath.Dir(jsonPath)); err != nil {
+			return fmt.Errorf("--output-json %s: %w", jsonPath, err)
+		}
+	}
+	if plotDir != "" {
+		if err := writableDir(plotDir); err != nil {
+			return fmt.Errorf("--plot-dir %s: %w", plotDir, err)
+		}
+	}
+	return nil
+}
+
+// writableDir creates dir if need be and proves a file can be created in it.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".omnipd-bench-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// writeJSONReport writes the report to a temporary file beside path and
+// renames it over path, so path holds a whole report or what it held before.
 func writeJSONReport(path string, rep *bench.Report) error {
-	fh, err := os.Create(path)
+	fh, err := os.CreateTemp(filepath.Dir(path), ".omnipd-bench-*.json")
 	if err != nil {
 		return fmt.Errorf("--output-json: %w", err)
 	}
+	defer os.Remove(fh.Name()) // after a successful rename there is nothing left to remove
 	if err := rep.WriteJSON(fh); err != nil {
 		fh.Close()
-		return err
+		return fmt.Errorf("--output-json: %w", err)
 	}
 	if err := fh.Close(); err != nil {
+		return fmt.Errorf("--output-json: %w", err)
+	}
+	if err := os.Chmod(fh.Name(), 0o644); err != nil {
+		return fmt.Errorf("--output-json: %w", err)
+	}
+	if err := os.Rename(fh.Name(), path); err != nil {
 		return fmt.Errorf("--output-json: %w", err)
 	}
 	return nil

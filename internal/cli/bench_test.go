@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,5 +372,51 @@ func TestBenchFlagErrors(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
+	}
+}
+
+// The report's destinations are made and checked before the load: a missing
+// directory is created, and one that cannot be written to fails the run
+// before a single request is sent, rather than after the load.
+func TestBenchOutputsPreparedBeforeTheLoad(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	notADir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notADir, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "3", "--concurrency", "1", "--quiet"}
+	for _, tt := range []struct{ flag, path, want string }{
+		{"--output-json", filepath.Join(notADir, "out.json"), "--output-json"},
+		{"--output-json", dir, "is a directory"},
+		{"--plot-dir", filepath.Join(notADir, "charts"), "--plot-dir"},
+	} {
+		code, _, stderr := run(t, append(args, tt.flag, tt.path)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%s %s: exit %d, stderr %q; want 2 and %q", tt.flag, tt.path, code, stderr, tt.want)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent with an unwritable destination", n)
+	}
+
+	jsonPath := filepath.Join(dir, "new", "deeper", "out.json")
+	plots := filepath.Join(dir, "new", "charts")
+	if code, _, stderr := run(t, append(args, "--output-json", jsonPath, "--plot-dir", plots)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if rep, _ := readReport(t, jsonPath); len(rep.Runs) != 1 || len(rep.Runs[0].Requests) != 3 {
+		t.Errorf("report: %+v", rep.Runs)
+	}
+	charts, _ := filepath.Glob(filepath.Join(plots, "*.svg"))
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "new", "deeper", ".omnipd-bench-*"))
+	if len(charts) == 0 || len(leftovers) != 0 {
+		t.Errorf("charts %v, temporary files left %v", charts, leftovers)
 	}
 }

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -465,34 +466,62 @@ func validValue(b []byte, i, depth int) (int, bool) {
 // and only the escapes JSON has. Other bytes, valid UTF-8 or not, are
 // allowed, as encoding/json allows them.
 func validString(b []byte, i int) (int, bool) {
-	for i++; i < len(b); i++ {
+	for i++; ; i++ {
+		// Most of a string is plain text: skip it eight bytes at a time,
+		// then a byte at a time up to the byte that ended the fast scan.
+		for i+8 <= len(b) && !mayNeedLook(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= ' ' {
+			i++
+		}
+		if i >= len(b) {
+			return i, false
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
 		case c < ' ':
 			return i, false
-		case c == '\\':
-			if i++; i >= len(b) {
+		}
+		// A backslash: one of JSON's escapes must follow.
+		if i++; i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if i+4 >= len(b) {
 				return i, false
 			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(b) {
+			for _, h := range b[i+1 : i+5] {
+				if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
 					return i, false
 				}
-				for _, h := range b[i+1 : i+5] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return i, false
-					}
-				}
-				i += 4
-			default:
-				return i, false
 			}
+			i += 4
+		default:
+			return i, false
 		}
 	}
-	return i, false
+}
+
+const (
+	eachByte = 0x0101010101010101 // a one in every byte
+	highBits = 0x8080808080808080 // every byte's top bit
+)
+
+// mayNeedLook reports whether any of the eight bytes in w may be one a
+// string scan must stop at: a quote, a backslash or a control character.
+// It can report a byte that is none of these (one just above a byte that
+// is), never miss one. Each test is the classic "has a byte below n":
+// (w - n·eachByte) &^ w has a byte's top bit set where that byte is below
+// n, or where a borrow from below reaches it.
+func mayNeedLook(w uint64) bool {
+	quote := w ^ ('"' * eachByte)
+	backslash := w ^ ('\\' * eachByte)
+	found := (quote-eachByte)&^quote | (backslash-eachByte)&^backslash | (w-' '*eachByte)&^w
+	return found&highBits != 0
 }
 
 // validNumber checks the number that starts at b[i]:

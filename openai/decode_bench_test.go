@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -141,6 +142,19 @@ func benchCompletionLegs(b *testing.B, marshal func(any) ([]byte, error)) {
 		d.KVTransferParams = benchDecodeParams()
 		if _, err := marshal(d); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkValidLongPrompt is the validation every process runs over a
+// long prompt's body (about 2,500 tokens of prose): mostly plain string
+// bytes, which the validator skips eight at a time.
+func BenchmarkValidLongPrompt(b *testing.B) {
+	doc := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat(benchText+" ", 12) + `"}]}`)
+	b.SetBytes(int64(len(doc)))
+	for b.Loop() {
+		if !valid(doc) {
+			b.Fatal("the body is valid JSON")
 		}
 	}
 }

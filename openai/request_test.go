@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -782,6 +783,10 @@ func FuzzValid(f *testing.F) {
 		`true`, `tru`, `truex`, `nul`, `null `, ` [1 , 2 ]`, `[1,]`, `[,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`,
 		`{"a":1}{"b":2}`, `"\u00e9\ud800\"\\\/\b\f\n\r\t"`, `"\u00g0"`, `"\x"`, "\"\x01\"", "\"\xff\xfe\"", `"\u12"`,
 		`[[[[]]]]`, `{"a":{"b":[{"c":null}]}}`, "\t\r\n{}\n", `[1 2]`, `{"a":1 "b":2}`, `["a""b"]`,
+		// Strings long enough to be scanned eight bytes at a time, with what
+		// ends the fast scan at each offset of a word.
+		`"abcdefghijklmnopqrstuvwxyz"`, `"abcdefgh\"ijklmnop"`, `"abcdefg\\hijklmnop"`, "\"abcdefghijklmn\x1fop\"",
+		`"abcdefghijklmno`, `"héllo wörld, ça va? 日本語のテキスト"`, "\"abcdefgh\x7f\x80\xffijklmnop\"", `"abcdefgh\u00e9ijklmn"`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -806,4 +811,32 @@ func TestDecodeDeepNesting(t *testing.T) {
 	}
 	_, err := DecodeChatRequest(strings.NewReader(`{"messages":[{"role":"user"}],"x":`+nested(limit)+`}`), 0)
 	checkRequestError(t, err, "", "exceeded max depth")
+}
+
+// mayNeedLook never misses a quote, a backslash or a control character at
+// any offset of a word, whatever surrounds it, and flags no word of bytes
+// a string scan passes over.
+func TestMayNeedLook(t *testing.T) {
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < ' ' }
+	word := func(b [8]byte) uint64 { return binary.LittleEndian.Uint64(b[:]) }
+	for _, fill := range []byte{' ', '!', '#', '[', ']', 'a', 0x7f, 0x80, 0xc3, 0xff} {
+		var plain [8]byte
+		for i := range plain {
+			plain[i] = fill
+		}
+		if mayNeedLook(word(plain)) {
+			t.Errorf("a word of %#x flagged", fill)
+		}
+		for c := range 256 {
+			for at := range 8 {
+				w := plain
+				w[at] = byte(c)
+				if got := mayNeedLook(word(w)); special(byte(c)) && !got {
+					t.Errorf("%#x at byte %d among %#x missed", c, at, fill)
+				} else if !special(byte(c)) && got {
+					t.Errorf("%#x at byte %d among %#x flagged", c, at, fill)
+				}
+			}
+		}
+	}
 }

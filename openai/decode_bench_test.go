@@ -147,7 +147,7 @@ func benchCompletionLegs(b *testing.B, marshal func(any) ([]byte, error)) {
 }
 
 // BenchmarkValidLongPrompt is the validation every process runs over a
-// long prompt's body (about 2,500 tokens of prose): mostly plain string
+// long prompt's body (about 2,000 tokens of prose): mostly plain string
 // bytes, which the validator skips eight at a time.
 func BenchmarkValidLongPrompt(b *testing.B) {
 	doc := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat(benchText+" ", 12) + `"}]}`)

@@ -784,7 +784,7 @@ func FuzzValid(f *testing.F) {
 		`{"a":1}{"b":2}`, `"\u00e9\ud800\"\\\/\b\f\n\r\t"`, `"\u00g0"`, `"\x"`, "\"\x01\"", "\"\xff\xfe\"", `"\u12"`,
 		`[[[[]]]]`, `{"a":{"b":[{"c":null}]}}`, "\t\r\n{}\n", `[1 2]`, `{"a":1 "b":2}`, `["a""b"]`,
 		// Strings long enough to be scanned eight bytes at a time, with what
-		// ends the fast scan at each offset of a word.
+		// ends the fast scan at several offsets of a word.
 		`"abcdefghijklmnopqrstuvwxyz"`, `"abcdefgh\"ijklmnop"`, `"abcdefg\\hijklmnop"`, "\"abcdefghijklmn\x1fop\"",
 		`"abcdefghijklmno`, `"héllo wörld, ça va? 日本語のテキスト"`, "\"abcdefgh\x7f\x80\xffijklmnop\"", `"abcdefgh\u00e9ijklmn"`,
 	} {

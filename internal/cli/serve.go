@@ -119,8 +119,8 @@ func localWorkers(doc *deploy.Document) int {
 }
 
 // defaultServeGCPercent is the GOGC omnipd serve runs with unless the
-// environment sets one. Its heap is small (a couple of MB at hundreds of
-// streams) and almost all of what it allocates is one request's garbage, so
+// environment sets one. Its heap is small (under 2 MB live at 16 streams)
+// and almost all of what it allocates is one request's garbage, so
 // at Go's default of 100 the heap goal stays at its 4 MB floor and the
 // collector runs dozens of times a second under load: about a tenth of
 // serve's CPU per request at 16 clients (docs/benchmarks.md). 400 makes the

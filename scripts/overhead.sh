@@ -26,10 +26,10 @@
 # sets each path's pace. The CPU table then ends with how often each process
 # ran out of its quota. It needs root, or a delegated cgroup.
 #
-#   scripts/overhead.sh                      # about a minute, plus the build
+#   scripts/overhead.sh                      # two minutes or so, plus the build
 #   HANDSHAKES=pull ROUNDS=1 scripts/overhead.sh
 #   CONCURRENCY=64 scripts/overhead.sh
-#   CPU_BUDGET=0.3 scripts/overhead.sh       # a third of a CPU per process; results in $OUT/budget
+#   CPU_BUDGET=0.3 scripts/overhead.sh       # 0.3 of a CPU per process; results in $OUT/budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,14 +84,13 @@ hz="$(getconf CLK_TCK)"
 # requests/s are not comparable with a quiet run's. The row ends with each
 # process's read and write system calls per request (from /proc/PID/io).
 cpu() {
-  local pids=("$serve_pid" "$prefill_pid" "$decode_pid") before=() after=() calls0=() calls1=() p bench rps busy0 busy1 throttled=""
+  local pids=("$serve_pid" "$prefill_pid" "$decode_pid") before=() after=() calls0=() calls1=() p bench rps busy0 busy1 throttled0 throttled=""
   busy0="$(busy)"
   for p in "${pids[@]}"; do before+=("$(ticks "$p")") calls0+=("$(calls "$p")"); done
   throttled0="$(throttled)"
   # The subshell reaps the bench, so the bench's CPU time is the subshell's
   # children's, and its system calls are counted in the subshell's own.
-  bench="$( ( if [ -n "$CPU_BUDGET" ]; then budget_enter bench; fi
-    "$bin" bench --base-url "$2" --api-key "$3" --concurrency "$CONCURRENCY" --num-prompts "$CPU_PROMPTS" \
+  bench="$( ( bench --base-url "$2" --api-key "$3" --concurrency "$CONCURRENCY" --num-prompts "$CPU_PROMPTS" \
       --warmup 50 --input-len 32 --output-len 16 --seed 1 --quiet --output-json "$OUT/cpu-$hs-$1.json" >/dev/null
     awk '{printf "%d ", $16 + $17}' "/proc/$BASHPID/stat"; calls "$BASHPID" ) )"
   for p in "${pids[@]}"; do after+=("$(ticks "$p")") calls1+=("$(calls "$p")"); done

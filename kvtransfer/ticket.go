@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/omnipd/omnipd/internal/idleconn"
 )
 
 // One-sided reads on the producer's ticket, as NIXL reads over RDMA: the
@@ -368,8 +370,10 @@ func (c *Consumer) notifyLoop(addr string, q *notifyQueue) {
 // leases then wait for their expiry).
 func (c *Consumer) sendNotify(conn *frameConn, addr string, keys []string) *frameConn {
 	frames, err := notifyFrames(keys)
-	if conn != nil && peerClosed(conn.Conn) {
-		// The producer dropped it (a restart, its idle bound): the first
+	var probe idleconn.Probe
+	if conn != nil && probe.Check(conn.Conn) != nil {
+		// The producer dropped it (a restart, its idle bound) or sent
+		// something on a stream that carries nothing its way: the first
 		// write would seem to succeed and be lost.
 		conn.Close()
 		conn = nil

@@ -13,8 +13,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/omnipd/omnipd/internal/idleconn"
 )
 
 // Connection pool and dial settings, shared by both transports (see
@@ -109,7 +110,7 @@ type leanConn struct {
 	limit     int64  // while a header is read, nread may not pass it; -1 otherwise
 	idleSince time.Time
 	abort     func() // closes conn; bound once so cancelling costs no allocation
-	probe     probeState
+	probe     idleconn.Probe
 }
 
 // Read counts bytes for the retry decision and enforces the header size
@@ -725,11 +726,8 @@ func validToken(s string) bool {
 	return true
 }
 
-// probeState is scratch space for probing an idle connection without
-// allocating.
-type probeState struct {
-	raw syscall.RawConn
-	fn  func(fd uintptr) bool
-	buf [1]byte
-	err error
-}
+// probeConn reports whether an idle connection can carry a request: the
+// server has not closed it, reset it, or sent anything unasked (a 408
+// before closing, say) — the check net/http's per-connection reader
+// goroutine makes by sitting in a read while the connection is idle.
+func probeConn(pc *leanConn) bool { return pc.probe.Check(pc.conn) == nil }

@@ -50,7 +50,6 @@ measure() { # base-url key concurrency -> "req/s e2e-p50-ms"
   sed -n 's/.*"request_throughput_rps": *\([0-9.]*\).*/\1/p' "$tmp/run.json" | head -1 | tr '\n' ' '
   awk '/"e2e_ms"/ {e=1} e && /"p50"/ {gsub(/[^0-9.]/, "", $2); print $2; exit}' "$tmp/run.json"
 }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a running process
 bench="${bins[0]}"
 printf '| revision | round | direct, 1 client | PD, 1 client | added | direct, 16 clients | PD, 16 clients | PD / direct | CPU per PD request ÷ bench\x27s: serve / prefill / decode |\n'
 printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
@@ -59,13 +58,9 @@ for r in $(seq 1 "$ROUNDS"); do
     bin="${bins[$((i - 1))]}"
     start_serve "$tmp/serve.log" --config "$CONFIG" --simulate zero
     decode_url="$(worker_url thinker-decode-0 "$tmp/serve.log")"
-    pids=("$serve_pid")
-    for p in $(pgrep -P "$serve_pid"); do
-      case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in
-        *thinker-prefill*) pids[1]=$p ;;
-        *thinker-decode*) pids[2]=$p ;;
-      esac
-    done
+    workers="$(worker_pids)" # fails the script when a worker is missing
+    read -r prefill_pid decode_pid <<<"$workers"
+    pids=("$serve_pid" "$prefill_pid" "$decode_pid")
     read -r _ d1 <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 1)"
     read -r _ p1 <<<"$(measure "http://127.0.0.1:$PORT" "" 1)"
     read -r d16 _ <<<"$(measure "$decode_url" "$OMNIPD_SECRET" 16)"

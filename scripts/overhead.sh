@@ -72,7 +72,6 @@ fi
 # bench ARGS...: omnipd bench, in its budget if there are budgets.
 bench() { ( if [ -n "$CPU_BUDGET" ]; then budget_enter bench; fi; exec "$bin" bench "$@" ); }
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a running process
 calls() { awk '/^sysc[rw]:/ {n += $2} END {print n}' "/proc/$1/io"; } # read and write system calls so far
 busy() { awk '$1 == "cpu" {print $2 + $3 + $4}' /proc/stat; } # user + nice + system time of the whole machine
 hz="$(getconf CLK_TCK)"
@@ -152,14 +151,8 @@ for hs in $HANDSHAKES; do
   log="$OUT/serve-$hs.log"
   start_serve "$log" --config "$config" --simulate zero
   decode_url="$(worker_url thinker-decode-0 "$log")"
-  prefill_pid="" decode_pid=""
-  for p in $(pgrep -P "$serve_pid"); do
-    case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in
-      *thinker-prefill*) prefill_pid=$p ;;
-      *thinker-decode*) decode_pid=$p ;;
-    esac
-  done
-  [ -n "$prefill_pid" ] && [ -n "$decode_pid" ] || { echo "no worker processes under omnipd serve ($serve_pid)" >&2; exit 1; }
+  workers="$(worker_pids)" # fails the script when a worker is missing
+  read -r prefill_pid decode_pid <<<"$workers"
   head='| path | req/s | omnipd serve | prefill worker | decode worker | bench client | all | other work on the machine | reads and writes: serve / prefill / decode / bench |'
   rule='|---|---:|---:|---:|---:|---:|---:|---:|---:|'
   if [ -n "$CPU_BUDGET" ]; then

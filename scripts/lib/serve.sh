@@ -37,3 +37,21 @@ worker_url() {
   [ -n "$url" ] || { echo "no address of worker $1 in $2" >&2; return 1; }
   echo "$url"
 }
+
+# worker_pids prints the process ids of the serve started last's prefill and
+# decode workers ("PREFILL DECODE"), and fails if either is missing.
+worker_pids() {
+  local p prefill="" decode=""
+  for p in $(pgrep -P "$serve_pid"); do
+    case "$(tr '\0' ' ' <"/proc/$p/cmdline")" in
+      *thinker-prefill*) prefill=$p ;;
+      *thinker-decode*) decode=$p ;;
+    esac
+  done
+  [ -n "$prefill" ] && [ -n "$decode" ] || { echo "no worker processes under omnipd serve ($serve_pid)" >&2; return 1; }
+  echo "$prefill $decode"
+}
+
+# ticks PID prints the CPU time (user + system, in clock ticks) a running
+# process has spent so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -2,15 +2,10 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/code2wav"
@@ -112,41 +107,6 @@ side channel refuses peers that do not know it.`,
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
 	f.StringVar(&simulateProfile, "simulate", "", simulateUsage("the Thinker engine"))
 	return cmd
-}
-
-// serveHTTP listens on host:port, calls listening with the bound address,
-// and serves h until ctx ends; then it stops accepting and lets requests in
-// flight finish for up to drain.
-func serveHTTP(ctx context.Context, host string, port int, h http.Handler, drain time.Duration, listening func(net.Addr), stopping func()) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	listening(ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	if stopping != nil {
-		stopping()
-	}
-	shutdown, done := context.WithTimeout(context.Background(), drain)
-	defer done()
-	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
-}
-
-// serveHandler serves a worker's handler, draining for up to 10 s.
-func serveHandler(ctx context.Context, host string, port int, h http.Handler, log *slog.Logger, stage string) error {
-	return serveHTTP(ctx, host, port, h, 10*time.Second, func(a net.Addr) {
-		log.Info("worker listening", "addr", a.String(), "stage", stage)
-	}, nil)
 }
 
 // loadModel loads a checkpoint directory, or the built-in model when dir is empty.

@@ -24,7 +24,18 @@ type Orchestrator struct {
 	decodeOnly prometheus.Counter
 	inflight   *prometheus.GaugeVec
 	queueFull  *prometheus.CounterVec
+	connsOpen  prometheus.Gauge
+	refused    *prometheus.CounterVec
 }
+
+// StatusClientClosedRequest is the status omnipd_requests_total counts a
+// request under when its client went away before the answer was complete:
+// 499, nginx's "client closed request". A number rather than a word keeps
+// the label one kind of value, so status=~"5.." still selects server
+// errors and status=~"4.." client-side ones; and the one convention other
+// serving proxies' dashboards already know. A cancelled request never
+// counts as a 200, even when its stream had begun.
+const StatusClientClosedRequest = 499
 
 // NewOrchestrator registers the orchestrator's metrics.
 func NewOrchestrator() *Orchestrator {
@@ -38,10 +49,10 @@ func NewOrchestrator() *Orchestrator {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_requests_total", Help: "Requests by the path they took (disaggregated, decode-only, fallback, colocated) and HTTP status.",
 		}, []string{"path", "status"}),
-		ttft:    hist("omnipd_time_to_first_token_seconds", "Time from the request to its first streamed token."),
+		ttft:    hist("omnipd_time_to_first_token_seconds", "Time from the request to its first streamed token; streamed requests only (a whole answer has no first token to time)."),
 		tpot:    hist("omnipd_time_per_output_token_seconds", "Time per output token after the first, per streamed request."),
 		e2e:     hist("omnipd_e2e_request_latency_seconds", "Time from the request to its last byte."),
-		handoff: hist("omnipd_pd_handoff_seconds", "Time from the prefill's answer to the decode's first token."),
+		handoff: hist("omnipd_pd_handoff_seconds", "Time from the prefill's answer to the decode's first token; streamed requests on a sequential connector (NIXL, P2pNccl, MoRIIO, LMCache, reference pull) only."),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "omnipd_prefill_retries_total", Help: "Prefill legs retried on another instance.",
 		}),
@@ -57,8 +68,14 @@ func NewOrchestrator() *Orchestrator {
 		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_stage_queue_full_total", Help: "Requests refused with 429 because every instance of a stage was at its queue bound (--max-stage-queue).",
 		}, []string{"stage"}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "omnipd_http_connections_open", Help: "Client connections open on the API.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_http_connections_refused_total", Help: "Client connections refused at accept: reason per_ip (one client at its connection cap, answered 429) or total (the server at its cap, 503).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull)
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused)
 	return m
 }
 
@@ -71,6 +88,8 @@ func (m *Orchestrator) Handler() http.Handler {
 }
 
 // RecordRequest counts a finished request and its end-to-end latency.
+// status is the HTTP status the client got, or StatusClientClosedRequest
+// for a request whose client went away.
 func (m *Orchestrator) RecordRequest(path string, status int, e2e time.Duration) {
 	if m == nil {
 		return
@@ -132,5 +151,20 @@ func (m *Orchestrator) AddInFlight(stage, instance string, delta int) {
 func (m *Orchestrator) RecordStageQueueFull(stage string) {
 	if m != nil {
 		m.queueFull.WithLabelValues(stage).Inc()
+	}
+}
+
+// RecordConnRefused counts a client connection refused at accept, by why
+// ("per_ip" or "total").
+func (m *Orchestrator) RecordConnRefused(reason string) {
+	if m != nil {
+		m.refused.WithLabelValues(reason).Inc()
+	}
+}
+
+// AddOpenConns moves the count of open client connections.
+func (m *Orchestrator) AddOpenConns(delta int) {
+	if m != nil {
+		m.connsOpen.Add(float64(delta))
 	}
 }

@@ -29,6 +29,8 @@ const (
 	CodeRateLimitExceeded  = "rate_limit_exceeded"
 	CodeInvalidAPIKey      = "invalid_api_key"
 	CodeServiceUnavailable = "service_unavailable"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeRequestTimeout     = "request_timeout"
 )
 
 // ErrorResponse is OpenAI's error body, {"error": {...}}, with the HTTP status
@@ -123,6 +125,19 @@ func InvalidRequest(param, message string) *ErrorResponse {
 // NotFound is a 404 for a path or object that does not exist.
 func NotFound(message string) *ErrorResponse {
 	return newError(http.StatusNotFound, TypeNotFound, "", message)
+}
+
+// InvalidURL is the 404 OpenAI answers for a path it does not serve:
+// message "Invalid URL (POST /v1/nope)", type invalid_request_error, no
+// code.
+func InvalidURL(method, path string) *ErrorResponse {
+	return newError(http.StatusNotFound, TypeInvalidRequest, "", fmt.Sprintf("Invalid URL (%s %s)", method, path))
+}
+
+// MethodNotAllowed is a 405 for a path served under other methods; the
+// caller sets Allow.
+func MethodNotAllowed(message string) *ErrorResponse {
+	return newError(http.StatusMethodNotAllowed, TypeInvalidRequest, CodeMethodNotAllowed, message)
 }
 
 // ModelNotFound is the 404 OpenAI answers for an unknown model.

@@ -11,6 +11,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,9 +20,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/omnipd/omnipd/metrics"
@@ -47,7 +50,14 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// MaxBodyBytes bounds request bodies (default 16 MiB).
 	MaxBodyBytes int64
+	// BodyTimeout bounds the read of a request's whole body, from the end
+	// of its headers (default DefaultBodyTimeout; negative: none). A body
+	// not in by then is answered 408. It bounds only the body: the answer,
+	// a stream of minutes included, has no deadline.
+	BodyTimeout time.Duration
 	// MaxConcurrent bounds requests in flight; more get 429 (default 1024).
+	// A request takes its place once its body is in and valid, so clients
+	// still sending their bodies hold none.
 	MaxConcurrent int
 	// MaxTokensLimit rejects a max_tokens or max_completion_tokens above it
 	// with 400; 0 means no limit of omnipd's own (the Thinker still refuses
@@ -83,6 +93,9 @@ func New(cfg Config) *Server {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 1024
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -91,9 +104,16 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
-	s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	if cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
 	return s
 }
+
+// DefaultBodyTimeout is Config.BodyTimeout's default: Traefik's read
+// timeout for a whole request since v2.11.2. At that bound a body at the
+// 16 MiB limit needs about 2.2 Mbit/s.
+const DefaultBodyTimeout = 60 * time.Second
 
 type requestIDKey struct{}
 
@@ -112,8 +132,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.unauthorized(w, r, id)
 		return
 	}
-	s.mux.ServeHTTP(w, r.WithContext(ctx))
+	r = r.WithContext(ctx)
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		s.noRoute(w, r, h)
+		return
+	}
+	h.ServeHTTP(w, r)
 }
+
+// noRoute answers a request no route takes — an unknown path (404), or a
+// known one with another method (405, with the mux's Allow) — with OpenAI's
+// error body, as every other error. The 404 is worded as OpenAI's API words
+// it ("Invalid URL (GET /v1/nope)"). vLLM answers both through its
+// HTTPException handler as {"error": {"message": "Not Found", "type": "Not
+// Found", "code": 404}} (vllm/entrypoints/serve/utils/server_utils.py,
+// http_exception_handler); omnipd keeps OpenAI's type and a string code,
+// which OpenAI's SDKs read.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, mux http.Handler) {
+	probe := &headerProbe{header: http.Header{}}
+	mux.ServeHTTP(probe, r) // the mux's own answer, for its status and Allow
+	e := openai.InvalidURL(r.Method, r.URL.Path)
+	if probe.status == http.StatusMethodNotAllowed {
+		allow := probe.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		e = openai.MethodNotAllowed(fmt.Sprintf("Method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
+	}
+	s.log.Info("request rejected", "request_id", RequestID(r.Context()), "status", e.Status, "method", r.Method, "path", r.URL.Path)
+	s.cfg.Metrics.RecordRequest("none", e.Status, 0)
+	_ = openai.WriteError(w, e)
+}
+
+// headerProbe is a ResponseWriter that keeps only the status and headers.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header         { return p.header }
+func (p *headerProbe) WriteHeader(code int)        { p.status = code }
+func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
 
 // requestIDs returns the id to echo to the client and the id the request
 // is known by inside omnipd. A client's own X-Request-Id is echoed and
@@ -169,67 +227,161 @@ func validRequestID(id string) bool {
 }
 
 // handle adapts handlers that return errors: one place maps them to
-// OpenAI error bodies, logs the cause with the request id, and limits
-// concurrency.
+// OpenAI error bodies, logs the cause with the request id, and counts the
+// request — a client that went away as StatusClientClosedRequest, under the
+// path it had reached.
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		log := s.log.With("request_id", RequestID(r.Context()))
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		w = sw
+		cancelled := false
 		defer func() {
 			path := sw.Header().Get("X-Omnipd-Pd-Path")
 			if path == "" {
 				path = "none"
 			}
-			s.cfg.Metrics.RecordRequest(path, sw.status, time.Since(start))
+			status := sw.status
+			if cancelled {
+				status = metrics.StatusClientClosedRequest
+			}
+			s.cfg.Metrics.RecordRequest(path, status, time.Since(start))
 		}()
-		if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
-			s.inflight.Add(-1)
-			w.Header().Set("Retry-After", "1")
-			_ = openai.WriteError(w, openai.RateLimited("omnipd is at its limit of concurrent requests; retry shortly"))
-			return
-		}
-		defer s.inflight.Add(-1)
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("handler panicked", "panic", p)
-				_ = openai.WriteError(w, openai.InternalError("internal error"))
+				if !sw.wrote {
+					_ = openai.WriteError(sw, openai.InternalError("internal error"))
+				}
 			}
 		}()
-		err := h(w, r)
-		if err == nil {
-			return
-		}
+		err := h(sw, r)
 		var resp *openai.ErrorResponse
 		var reqErr *openai.RequestError
+		var bodyErr *bodyError
 		var orchErr *orchestrator.Error
 		switch {
+		case err == nil:
+			// Answered — unless the client left before the end of it.
+			cancelled = r.Context().Err() != nil
+			return
+		case errors.As(err, &bodyErr):
+			// Checked before the context: net/http cancels it on any failed
+			// read of the connection, a body timeout or a half-close among
+			// them, while the client may still be there to read the answer.
+			if bodyErr.resp == nil {
+				cancelled = true
+				log.Info("client went away while sending its body", "err", bodyErr.cause)
+				return
+			}
+			resp = bodyErr.resp
+			// What is left of the body must not be read as the next request.
+			sw.Header().Set("Connection", "close")
 		case errors.As(err, &resp):
 		case errors.As(err, &reqErr):
 			resp = reqErr.Response()
+		case r.Context().Err() != nil:
+			// Whatever a stage answered a request whose client left (an
+			// aborted leg looks like a failed one), nobody reads it.
+			cancelled = true
+			log.Info("client went away", "err", err)
+			return
 		case errors.As(err, &orchErr):
+			// Before the cancellation errors: a stage that went quiet is
+			// cancelled by omnipd, and its error wraps that cancellation.
 			resp = orchErr.Response()
-		case errors.Is(err, context.Canceled), errors.Is(err, stageclient.ErrCanceled):
-			log.Info("client went away")
+		case errors.Is(err, errClientGone), errors.Is(err, context.Canceled), errors.Is(err, stageclient.ErrCanceled):
+			cancelled = true
+			log.Info("client went away", "err", err)
 			return
 		default:
 			resp = openai.InternalError("internal error")
 		}
+		if sw.wrote {
+			// The status is long sent (a stream): nothing to answer with.
+			log.Error("request failed after its answer began", "err", err)
+			return
+		}
 		if resp.Status == http.StatusServiceUnavailable || resp.Status == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", "1")
+			sw.Header().Set("Retry-After", "1")
 		}
 		if resp.Status >= 500 {
 			log.Error("request failed", "status", resp.Status, "err", err)
 		} else {
 			log.Info("request rejected", "status", resp.Status, "err", err)
 		}
-		_ = openai.WriteError(w, resp)
+		_ = openai.WriteError(sw, resp)
 	}
 }
 
+// errClientGone says the client went away mid-answer.
+var errClientGone = errors.New("client went away")
+
+// bodyError is a request body that could not be read: resp is what the
+// client is told, nil when the client is gone.
+type bodyError struct {
+	resp  *openai.ErrorResponse
+	cause error
+}
+
+func (e *bodyError) Error() string { return "reading request body: " + e.cause.Error() }
+func (e *bodyError) Unwrap() error { return e.cause }
+
+// readBody reads r's whole body, within BodyTimeout and MaxBodyBytes. The
+// deadline is the connection's read deadline, set through
+// http.ResponseController and lifted once the body is in, so it bounds a
+// client that trickles its body and nothing after it.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if s.cfg.BodyTimeout > 0 {
+		if err := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)); err != nil {
+			return nil, fmt.Errorf("setting the body deadline: %w", err)
+		}
+	}
+	limit := s.cfg.MaxBodyBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		// The deadline stays: what net/http reads of the rest must fail
+		// at once, not wait on the client.
+		return nil, &bodyError{resp: s.bodyFailure(r, len(body), err), cause: err}
+	}
+	if s.cfg.BodyTimeout > 0 {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if int64(len(body)) > limit {
+		return nil, openai.RequestTooLarge(limit)
+	}
+	return body, nil
+}
+
+// bodyFailure is what a client is told when its body could not be read
+// after n bytes: nil when it is gone (the connection reset).
+func (s *Server) bodyFailure(r *http.Request, n int, err error) *openai.ErrorResponse {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		e := openai.InvalidRequest("", fmt.Sprintf("the request body did not arrive within %v (%d bytes came)", s.cfg.BodyTimeout, n))
+		e.Status = http.StatusRequestTimeout
+		code := openai.CodeRequestTimeout
+		e.Detail.Code = &code
+		return e
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The client closed its side (or the connection) short of its
+		// Content-Length: a malformed request, the client's to fix.
+		return openai.InvalidRequest("", fmt.Sprintf("the request body ended after %d of the %d bytes its Content-Length announced", n, r.ContentLength))
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		return nil
+	}
+	// Malformed chunked encoding and the like.
+	return openai.InvalidRequest("", "the request body could not be read: "+err.Error())
+}
+
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
-	req, err := openai.DecodeChatRequest(r.Body, s.cfg.MaxBodyBytes)
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, err := openai.DecodeChatRequest(bytes.NewReader(body), 0)
 	if err != nil {
 		return err
 	}
@@ -249,7 +401,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
-	req, err := openai.DecodeCompletionRequest(r.Body, s.cfg.MaxBodyBytes)
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	req, err := openai.DecodeCompletionRequest(bytes.NewReader(body), 0)
 	if err != nil {
 		return err
 	}
@@ -316,8 +472,15 @@ func (s *Server) checkModel(model string) error {
 	return nil
 }
 
-// serve runs the request and relays its answer.
+// serve runs the request and relays its answer, in one of the
+// MaxConcurrent places: taken here, once the request is read and checked,
+// so that clients still sending their bodies hold none.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator.Request) error {
+	if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
+		s.inflight.Add(-1)
+		return openai.RateLimited("omnipd is at its limit of concurrent requests; retry shortly")
+	}
+	defer s.inflight.Add(-1)
 	start := time.Now()
 	res, err := s.cfg.Orchestrator.Do(r.Context(), req)
 	if err != nil {
@@ -328,8 +491,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 	if !res.Streaming() {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		_, err := w.Write(res.Body)
-		return err
+		if _, err := w.Write(res.Body); err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		return nil
 	}
 	sse := openai.NewSSEWriter(w)
 	events := 0
@@ -391,8 +556,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			// The client went away mid-stream: the status is long sent, so
 			// there is nothing to answer; closing the result cancels the
 			// upstream legs.
-			s.log.Info("client went away mid-stream", "request_id", req.ID)
-			return nil
+			return fmt.Errorf("%w mid-stream: %v", errClientGone, err)
 		}
 	}
 }
@@ -410,7 +574,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			s.log.Info("not ready", "request_id", RequestID(r.Context()), "err", err)
+			_ = openai.WriteError(w, openai.Unavailable("not ready: "+err.Error()))
 			return
 		}
 	}
@@ -424,11 +589,19 @@ func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	wrote  bool // the status has gone out
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer's Flush.

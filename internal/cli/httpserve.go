@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/omnipd/omnipd/server"
 )
 
 // listen binds host:port. A port that is taken fails here, naming it, so
@@ -31,14 +33,20 @@ func serveHTTP(ctx context.Context, host string, port int, h http.Handler, drain
 	return serveListener(ctx, ln, h, drain, listening, stopping)
 }
 
-// serveListener calls listening with ln's address and serves h on ln until
+// serveListener is serveListenerWith at the default HTTP limits.
+func serveListener(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration, listening func(net.Addr), stopping func()) error {
+	return serveListenerWith(ctx, ln, h, server.HTTPConfig{}, drain, listening, stopping)
+}
+
+// serveListenerWith calls listening with ln's address and serves h on ln,
+// as server.NewHTTPServer and server.LimitListener build it with hc, until
 // ctx ends; then it stops accepting and lets requests in flight finish for
 // up to drain.
-func serveListener(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration, listening func(net.Addr), stopping func()) error {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func serveListenerWith(ctx context.Context, ln net.Listener, h http.Handler, hc server.HTTPConfig, drain time.Duration, listening func(net.Addr), stopping func()) error {
+	hs := server.NewHTTPServer(h, hc)
 	listening(ln.Addr())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(server.LimitListener(ln, hc)) }()
 	select {
 	case err := <-errc:
 		return err
@@ -55,9 +63,18 @@ func serveListener(ctx context.Context, ln net.Listener, h http.Handler, drain t
 	return nil
 }
 
+// workerHTTP is a stage worker's HTTP limits: the defaults but for the cap
+// per client address, since a worker's clients are omnipd's orchestrator
+// and Talker — a few addresses that carry every request of the deployment.
+var workerHTTP = server.HTTPConfig{MaxConnsPerIP: -1}
+
 // serveHandler serves a worker's handler, draining for up to 10 s.
 func serveHandler(ctx context.Context, host string, port int, h http.Handler, log *slog.Logger, stage string) error {
-	return serveHTTP(ctx, host, port, h, 10*time.Second, func(a net.Addr) {
+	ln, err := listen(host, port)
+	if err != nil {
+		return err
+	}
+	return serveListenerWith(ctx, ln, h, workerHTTP, 10*time.Second, func(a net.Addr) {
 		log.Info("worker listening", "addr", a.String(), "stage", stage)
 	}, nil)
 }

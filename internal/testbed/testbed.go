@@ -233,8 +233,10 @@ func Start(t testing.TB, opts Options) *Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.api = &http.Server{Handler: api, ErrorLog: log.New(io.Discard, "", 0)}
-	go d.api.Serve(ln)
+	// The public API is served as omnipd serve serves it.
+	hc := server.HTTPConfig{ErrorLog: log.New(io.Discard, "", 0), Metrics: d.metrics}
+	d.api = server.NewHTTPServer(api, hc)
+	go d.api.Serve(server.LimitListener(ln, hc))
 	d.URL = "http://" + ln.Addr().String()
 	return d
 }

@@ -248,8 +248,8 @@ func isAudio(ev json.RawMessage) bool {
 }
 
 // wellFormed checks a successful answer: 200, and a JSON completion with a
-// choice, or a stream of chunks with no error event, a finish reason and
-// [DONE].
+// choice, or a stream of chunks with no error event, one finish reason for
+// each modality, and [DONE].
 func wellFormed(a answer, streaming bool) error {
 	if a.err != nil || a.status != http.StatusOK {
 		return fmt.Errorf("not a success: %v", a)
@@ -267,20 +267,28 @@ func wellFormed(a answer, streaming bool) error {
 	if !a.done {
 		return fmt.Errorf("stream without [DONE]: %v", a)
 	}
-	finishes := 0
+	// vllm-omni's rule: each modality's last chunk, and only it, carries
+	// that modality's finish reason (a text-only stream has no modality
+	// field, and one finish reason).
+	finishes := map[string]int{}
 	for _, ev := range a.events {
 		c := parseChunk(ev)
 		if c.Error != nil {
 			return fmt.Errorf("error event in a successful stream: %s", ev)
 		}
+		if _, ok := finishes[c.Modality]; !ok {
+			finishes[c.Modality] = 0
+		}
 		for _, ch := range c.Choices {
 			if ch.FinishReason != nil {
-				finishes++
+				finishes[c.Modality]++
 			}
 		}
 	}
-	if finishes != 1 {
-		return fmt.Errorf("%d finish reasons in the stream: %v", finishes, a)
+	for modality, n := range finishes {
+		if n != 1 {
+			return fmt.Errorf("%d finish reasons for modality %q in the stream: %v", n, modality, a)
+		}
 	}
 	return nil
 }

@@ -245,15 +245,32 @@ func moriioReadMode(v any) bool {
 func reference(extra map[string]any) (Contract, error) {
 	h, ok := extra["handshake"]
 	if !ok {
-		return pull(ReferenceConnector), nil
+		return &referenceContract{pull(ReferenceConnector)}, nil
 	}
 	switch h {
 	case "pull":
-		return pull(ReferenceConnector), nil
+		return &referenceContract{pull(ReferenceConnector)}, nil
 	case "push":
-		return push(ReferenceConnector), nil
+		return &referenceContract{push(ReferenceConnector)}, nil
 	}
 	return nil, fmt.Errorf("%w: kv_connector_extra_config.handshake is %s; want \"pull\" or \"push\"", ErrInvalidConfig, describe(h))
+}
+
+// referenceContract is the reference connector's contract, which also names
+// the key its producer leases a request's KV under.
+type referenceContract struct{ *contract }
+
+var _ Releaser = (*referenceContract)(nil)
+
+// LeaseKey: the transfer id the push legs rendezvous on, or the prefill
+// leg's request id, which keys a pull (the worker's kv_transfer_params
+// remote_request_id).
+func (c *referenceContract) LeaseKey(h Handoff) string {
+	if c.dispatch == Concurrent {
+		return h.TransferID
+	}
+	pid, _ := c.RequestIDs(h)
+	return pid
 }
 
 // tp is a peer's tensor-parallel size, 1 when the config leaves it unset.

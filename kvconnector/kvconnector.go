@@ -103,6 +103,16 @@ type Contract interface {
 	DecodeParams(h Handoff, prefillResponse any) (map[string]any, error)
 }
 
+// Releaser is a Contract whose producer the router can tell to drop one
+// request's exported KV — omnipd's reference connector, whose workers take
+// the release by key over HTTP. LeaseKey is that key. vLLM's connectors
+// have no such call: a router's only lever there is a decode leg that
+// claims the KV, and otherwise the engine's own timeout frees it.
+type Releaser interface {
+	Contract
+	LeaseKey(h Handoff) string
+}
+
 var (
 	// ErrInvalidHandoff: the prefill's response cannot be handed to the
 	// decode. Peers answer it with HTTP 502 (Dynamo's invalid_prefill_handoff).

@@ -178,6 +178,9 @@ var (
 	ErrInvalid = errors.New("kvtransfer: invalid argument")
 	// ErrClosed: the producer is closed.
 	ErrClosed = errors.New("kvtransfer: producer closed")
+	// ErrRevoked: Export of a key Revoke was called for before the export:
+	// the request it belongs to is gone. The caller still owns the blocks.
+	ErrRevoked = errors.New("kvtransfer: transfer revoked")
 )
 
 // BlockStore is the engine's cache as the data path sees it. The views

@@ -34,6 +34,10 @@ type Producer struct {
 	leases  map[string]*lease
 	owned   map[int]string // block id → key of the lease that holds it; catches double ownership at Export
 	waiters map[string]*waiter
+	// revoked remembers keys revoked before their export, each until a
+	// lease duration after the revocation (injected clock), so that the
+	// export, when it comes, is refused. At most maxRevoked are held.
+	revoked map[string]time.Time
 	conns   map[net.Conn]struct{}
 	stats   ProducerStats // only the counters; the gauges are computed in Stats
 }
@@ -101,6 +105,7 @@ func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 		leases:  make(map[string]*lease),
 		owned:   make(map[int]string),
 		waiters: make(map[string]*waiter),
+		revoked: make(map[string]time.Time),
 		conns:   make(map[net.Conn]struct{}),
 	}
 	if ss, ok := store.(sharedStore); ok && !cfg.DisableSharedMemory {
@@ -187,6 +192,11 @@ func (p *Producer) Export(key string, blocks []int, numTokens int) error {
 		p.mu.Unlock()
 		return fmt.Errorf("kvtransfer: export %q: %w", key, ErrClosed)
 	}
+	if _, gone := p.revoked[key]; gone {
+		delete(p.revoked, key)
+		p.mu.Unlock()
+		return fmt.Errorf("kvtransfer: export %q: %w", key, ErrRevoked)
+	}
 	if _, dup := p.leases[key]; dup {
 		p.mu.Unlock()
 		return fmt.Errorf("kvtransfer: export %q: %w: key already exported", key, ErrInvalid)
@@ -242,6 +252,48 @@ func (p *Producer) Release(key string) bool {
 	return p.end(key, &p.stats.Released, "kvtransfer: released")
 }
 
+// maxRevoked bounds the keys Revoke remembers before their export: each is
+// one cancelled request of the last lease duration, so the bound is only
+// reached by a caller revoking keys that are never exported. Past it a
+// revocation before the export is not remembered, and that export's lease
+// is freed when it expires.
+const maxRevoked = 1 << 16
+
+// Revoke is Release for a request that is gone: it drops key's lease, as
+// Release does, and when key is not leased yet — its prefill is still
+// running, or its answer is still on the way — it remembers key for one
+// lease duration so that the export, when it comes, is refused with
+// ErrRevoked rather than leased for nobody. It reports whether key was
+// leased.
+func (p *Producer) Revoke(key string) bool {
+	if checkKey(key) != nil {
+		return false
+	}
+	p.mu.Lock()
+	if _, ok := p.leases[key]; ok {
+		p.mu.Unlock()
+		// A consumer may claim it first; then nothing is left to free.
+		return p.Release(key)
+	}
+	if len(p.revoked) >= maxRevoked {
+		p.sweepRevokedLocked(p.cfg.Clock())
+	}
+	if len(p.revoked) < maxRevoked {
+		p.revoked[key] = p.cfg.Clock().Add(p.cfg.LeaseDuration)
+	}
+	p.mu.Unlock()
+	return false
+}
+
+// sweepRevokedLocked forgets revocations older than a lease.
+func (p *Producer) sweepRevokedLocked(now time.Time) {
+	for key, until := range p.revoked {
+		if !now.Before(until) {
+			delete(p.revoked, key)
+		}
+	}
+}
+
 // end drops key's lease and frees its blocks, counting it in counter
 // (Released, or Completed for a copy a consumer notified). A lease being
 // streamed has its stream aborted and is freed, as Released, once the
@@ -275,6 +327,7 @@ func (p *Producer) end(key string, counter *uint64, msg string) bool {
 func (p *Producer) ExpireNow() int {
 	now := p.cfg.Clock()
 	p.mu.Lock()
+	p.sweepRevokedLocked(now)
 	var free []int
 	var keys []string
 	for _, l := range p.leases {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"strconv"
 )
 
@@ -492,4 +494,121 @@ func NewID(prefix string) string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails since Go 1.24
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// StageMembers are the top-level members of a Thinker's answer that belong
+// to the protocol between omnipd and its stages, never to the client:
+// kv_transfer_params (the KV connector's handoff, which vLLM writes into
+// every whole answer, null included) and omnipd_conditioning (the handle of
+// the rows a Thinker leg kept for the Talker).
+var StageMembers = []string{"kv_transfer_params", "omnipd_conditioning"}
+
+// ErrNotObject: a stage's answer or chunk is not a JSON object.
+var ErrNotObject = errors.New("not a JSON object")
+
+// Relay rewrites a stage's answer or stream chunk, a JSON object, into what
+// the client gets: the top-level "id" set to id (written first when the
+// stage sent none), every StageMembers member removed, and everything else
+// byte for byte in its order. It returns doc itself when nothing changes,
+// which is the common case of a chunk whose id is already id.
+//
+// The id is the router's own, as vLLM's serving layer derives its answer's
+// id from the request's X-Request-Id ("chatcmpl-" + id): a leg's id may be
+// a connector's encoding (P2pNccl's "___prefill_addr_…"), which is routing
+// metadata, not the client's.
+func Relay(doc []byte, id string) ([]byte, error) {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return nil, ErrNotObject
+	}
+	quoted, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(doc)+len(quoted))
+	out = append(out, '{')
+	changed, sawID := false, false
+	member := func(raw []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, raw...)
+	}
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		i++
+	} else {
+		for {
+			ks := i
+			ke, ok := validValue(doc, i, 1)
+			if !ok || doc[ks] != '"' {
+				return nil, ErrNotObject
+			}
+			j := skipSpace(doc, ke)
+			if j >= len(doc) || doc[j] != ':' {
+				return nil, ErrNotObject
+			}
+			vs := skipSpace(doc, j+1)
+			ve, ok := validValue(doc, vs, 1)
+			if !ok {
+				return nil, ErrNotObject
+			}
+			switch name := memberName(doc[ks:ke]); {
+			case name == "id":
+				sawID = true
+				if !bytes.Equal(doc[vs:ve], quoted) {
+					changed = true
+				}
+				member(append([]byte(`"id":`), quoted...))
+			case isStageMember(name):
+				changed = true
+			default:
+				member(doc[ks:ve])
+			}
+			i = skipSpace(doc, ve)
+			if i < len(doc) && doc[i] == ',' {
+				i = skipSpace(doc, i+1)
+				continue
+			}
+			if i < len(doc) && doc[i] == '}' {
+				i++
+				break
+			}
+			return nil, ErrNotObject
+		}
+	}
+	if skipSpace(doc, i) != len(doc) {
+		return nil, ErrNotObject
+	}
+	if !sawID {
+		head := append(append([]byte(`{"id":`), quoted...), ',')
+		if len(out) == 1 {
+			head = head[:len(head)-1]
+		}
+		out = append(head, out[1:]...)
+		changed = true
+	}
+	if !changed {
+		return doc, nil
+	}
+	return append(out, '}'), nil
+}
+
+// memberName is a member's key as a string; raw is its valid JSON string.
+func memberName(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
+}
+
+func isStageMember(name string) bool {
+	for _, m := range StageMembers {
+		if name == m {
+			return true
+		}
+	}
+	return false
 }

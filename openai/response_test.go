@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -299,5 +300,36 @@ func TestResponseJSONMatchesEncodingJSON(t *testing.T) {
 	bad := ChatCompletion{KVTransferParams: map[string]any{"x": math.Inf(-1)}}
 	if _, err := bad.MarshalJSON(); err == nil {
 		t.Error("-Inf in kv_transfer_params encoded")
+	}
+}
+
+// Relay gives the client the answer under the router's id without the
+// stage-protocol members, leaving every other byte and the member order as
+// the stage wrote them.
+func TestRelay(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"id":"chatcmpl-___prefill_addr_a:1___decode_addr_b:2_6162","object":"chat.completion","choices":[{"index":0}],"kv_transfer_params":null}`,
+			`{"id":"chatcmpl-r1","object":"chat.completion","choices":[{"index":0}]}`},
+		{` { "object" : "x" , "kv_transfer_params" : {"remote_block_ids":[1]}, "omnipd_conditioning":{"key":"k"} } `,
+			`{"id":"chatcmpl-r1","object" : "x"}`},
+		{`{"kv_transfer_params":null}`, `{"id":"chatcmpl-r1"}`},
+		{`{}`, `{"id":"chatcmpl-r1"}`},
+		{`{"\u0069d":"other","kv_transfer_p\u0061rams":1,"z":"\u00e9"}`, `{"id":"chatcmpl-r1","z":"\u00e9"}`},
+		{`{"id":"chatcmpl-r1","choices":[{"delta":{"content":"kv_transfer_params"}}]}`,
+			`{"id":"chatcmpl-r1","choices":[{"delta":{"content":"kv_transfer_params"}}]}`},
+	} {
+		got, err := Relay([]byte(c.in), "chatcmpl-r1")
+		if err != nil || string(got) != c.want {
+			t.Errorf("Relay(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	same := []byte(`{"id":"chatcmpl-r1","choices":[]}`)
+	if got, _ := Relay(same, "chatcmpl-r1"); &got[0] != &same[0] {
+		t.Error("Relay copied a document it did not change")
+	}
+	for _, bad := range []string{``, `[]`, `"x"`, `{"id":}`, `{"a":1}x`, `{"a":1,}`, `{"a" 1}`} {
+		if _, err := Relay([]byte(bad), "x"); !errors.Is(err, ErrNotObject) {
+			t.Errorf("Relay(%q) = %v, want ErrNotObject", bad, err)
+		}
 	}
 }

@@ -278,7 +278,7 @@ func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result,
 		return nil, audioFailure(ctx, "code2wav_failed", "the Code2Wav stage failed", err)
 	}
 	data, _ := audio.Encode(format, samples)
-	audioChoice := openai.ChatChoice{Index: 0, FinishReason: "stop", Message: openai.ResponseMessage{Role: "assistant", Audio: &openai.MessageAudio{
+	audioChoice := openai.ChatChoice{Index: 0, FinishReason: finishAudio, Message: openai.ResponseMessage{Role: "assistant", Audio: &openai.MessageAudio{
 		ID: newAudioID(), Data: base64.StdEncoding.EncodeToString(data), ExpiresAt: time.Now().Add(24 * time.Hour).Unix(),
 	}}}
 	var choices []json.RawMessage
@@ -295,9 +295,21 @@ func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result,
 	return &Result{Path: res.Path, Body: body}, nil
 }
 
+// finishAudio is the audio choice's finish_reason, whole or streamed. Each
+// modality ends with a reason of its own, as vllm-omni's serving layer
+// gives them (vllm_omni/entrypoints/openai/serving_chat.py at
+// vllm-project/vllm-omni 2561d0d6): the text choice the Thinker's ("stop",
+// "length", "tool_calls", …, or "stop" when it gave none), on the whole
+// answer's text choice and on the text's last streamed chunk; the audio
+// choice always "stop" (_create_audio_choice), on the whole answer's audio
+// choice and, streamed, on the audio's last chunk — the Code2Wav output is
+// finished only there, so the chunks before it carry none.
+const finishAudio = openai.FinishStop
+
 // omniStream relays the Thinker's text chunks (marked modality "text") as
 // they arrive, then streams audio in codec chunks, each a complete small
-// audio file; finish_reason comes once every modality is done. A Talker or
+// audio file; each modality's last chunk carries its finish_reason (see
+// finishAudio). A Talker or
 // Code2Wav failure after the text ends the stream with an error event for
 // audio; the text already sent stands.
 func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result, c *conditioning, format string, wantText bool, log *slog.Logger) *Result {
@@ -321,7 +333,6 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			}
 		}
 		var base map[string]any
-		finish := "stop"
 		for {
 			ev, err := res.Next()
 			if errors.Is(err, io.EOF) {
@@ -339,12 +350,8 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			if base == nil {
 				base = map[string]any{"id": chunk["id"], "object": chunk["object"], "created": chunk["created"], "model": chunk["model"]}
 			}
-			if ch, ok := chunk["choices"].([]any); ok && len(ch) > 0 {
-				if c0, ok := ch[0].(map[string]any); ok && c0["finish_reason"] != nil {
-					finish, _ = c0["finish_reason"].(string)
-					c0["finish_reason"] = nil
-				}
-			}
+			// The text keeps the Thinker's finish_reason on its last chunk,
+			// as the whole answer's text choice does (see finishAudio).
 			chunk["modality"] = openai.ModalityText
 			if wantText && !send(chunk) {
 				o.releaseConditioning(c, log)
@@ -401,7 +408,7 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			return
 		}
 		send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}}))
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finishAudio}}}))
 	}()
 	out.events = events
 	out.eventErr = errc

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,11 @@ func (e *Error) Response() *openai.ErrorResponse {
 type Instance struct {
 	Client *stageclient.Client
 	Peer   kvconnector.Peer
+	// Supervised says omnipd itself starts and restarts this instance (a
+	// reference worker under serve): when it refuses connections it is
+	// taken to be restarting. Otherwise (an external engine) it is
+	// reported as unreachable, at its URL.
+	Supervised bool
 
 	inflight     atomic.Int64
 	ejectedUntil atomic.Int64 // unix nanoseconds
@@ -209,6 +215,17 @@ func (r *Request) path() string {
 	return "/v1/completions"
 }
 
+// publicID is the answer's id the client sees, whatever id the legs
+// carried: "chatcmpl-" or "cmpl-" and the request's id, as vLLM names an
+// answer after its X-Request-Id, so that it is the id omnipd's log lines
+// carry as request_id.
+func (r *Request) publicID() string {
+	if r.Chat != nil {
+		return "chatcmpl-" + r.ID
+	}
+	return "cmpl-" + r.ID
+}
+
 func (r *Request) streaming() bool {
 	if r.Chat != nil {
 		return r.Chat.Stream != nil && *r.Chat.Stream
@@ -223,6 +240,9 @@ type Result struct {
 	Stream *stageclient.Stream
 	// idle bounds the wait for each of Stream's events.
 	idle *watchdog
+	// publicID is the id every relayed chunk of Stream carries to the
+	// client (see openai.Relay).
+	publicID string
 	// events and eventErr carry an omni stream the orchestrator assembles.
 	events   <-chan json.RawMessage
 	eventErr <-chan error
@@ -238,7 +258,11 @@ func (r *Result) Next() (json.RawMessage, error) {
 	if r.Stream != nil {
 		if r.Stream.Buffered() {
 			// Already here: there is no wait for the idle clock to bound.
-			return r.Stream.Next()
+			ev, err := r.Stream.Next()
+			if err != nil {
+				return nil, err
+			}
+			return r.relay(ev)
 		}
 		r.idle.arm()
 		ev, err := r.Stream.Next()
@@ -246,7 +270,10 @@ func (r *Result) Next() (json.RawMessage, error) {
 		if err != nil && r.idle.fired() {
 			return nil, r.idle.err(err)
 		}
-		return ev, err
+		if err != nil {
+			return nil, err
+		}
+		return r.relay(ev)
 	}
 	ev, ok := <-r.events
 	if ok {
@@ -258,6 +285,15 @@ func (r *Result) Next() (json.RawMessage, error) {
 	default:
 		return nil, io.EOF
 	}
+}
+
+// relay turns a relayed stream's chunk into the client's (openai.Relay).
+func (r *Result) relay(ev json.RawMessage) (json.RawMessage, error) {
+	out, err := openai.Relay(ev, r.publicID)
+	if err != nil {
+		return nil, &Error{Status: 502, Code: "decode_upstream_invalid", Msg: "the Thinker streamed a chunk that is not a JSON object", Cause: err}
+	}
+	return out, nil
 }
 
 // Buffered reports whether a streaming result's next event is already
@@ -328,7 +364,7 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		}
 		return res, nil
 	}
-	_, prefillParams, err := o.prefill(ctx, req, &h, log)
+	pre, prefillParams, err := o.prefill(ctx, req, &h, log)
 	if err != nil {
 		o.track(o.cfg.Decode, dec, -1)
 		return o.fallback(ctx, req, dec, h, err, log)
@@ -345,12 +381,20 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	if ctx.Err() != nil {
 		o.track(o.cfg.Decode, dec, -1)
 		// The client left between the legs: the prefill's KV is exported
-		// and nobody would claim it before its lease runs out. Let the
-		// decode claim it and stop, as vLLM deployments must too.
-		o.claimAndDrop(req, dec, h, params, log)
+		// and nobody would claim it before its lease runs out. Release it,
+		// or let the decode claim it and stop, as vLLM deployments must.
+		if !o.releaseKV(pre, h, log) {
+			o.claimAndDrop(req, dec, h, params, log)
+		}
 		return nil, ctx.Err()
 	}
 	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	if err != nil && o.releaseKV(pre, h, log) {
+		// Whatever stopped the decode leg — the client leaving before the
+		// decode claimed the KV, the decode refusing or failing — the
+		// KV is not going to be used: released at once.
+		return nil, err
+	}
 	if rejected(err) {
 		// The decode refused what the prefill accepted (a max_tokens past
 		// its context, say) before importing: the exported KV would wait
@@ -468,6 +512,34 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 	}()
 }
 
+// releaseKV tells the prefill instance pre to drop what it exported for h,
+// when the connector has a release call (kvconnector.Releaser: omnipd's
+// reference connector), in the background: the request is gone, and
+// nothing waits for the answer. The release is by key, so it is safe
+// whatever the prefill has done by then — exported, still computing
+// (the export is then refused), or already claimed by the decode (nothing
+// to free). It reports whether a release was sent; vLLM's connectors have
+// none, and their unclaimed KV waits for the engine's own timeout.
+func (o *Orchestrator) releaseKV(pre *Instance, h kvconnector.Handoff, log *slog.Logger) bool {
+	r, ok := o.cfg.Contract.(kvconnector.Releaser)
+	if !ok || pre == nil {
+		return false
+	}
+	key := r.LeaseKey(h)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		if err := pre.Client.ReleaseKV(ctx, h.RequestID, key); err != nil {
+			log.Warn("could not release the KV of a request that will not use it; it is freed when its lease expires",
+				"instance", pre.Client.BaseURL(), "key", key, "err", err)
+		}
+	}()
+	return true
+}
+
+// releaseTimeout bounds one KV release.
+const releaseTimeout = 5 * time.Second
+
 // concurrent sends prefill and decode at once (Mooncake, reference push):
 // the decode waits for its KV on the data path. A failed prefill cancels
 // the decode; a retryable failure starts both legs again with another
@@ -542,10 +614,14 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 		// only followed from it.
 		cancel(err)
 		wg.Wait()
+		// The prefill may have exported (or be about to) for a decode that
+		// is not coming: with the push handshake in flight, or the client
+		// gone before the decode registered.
+		released := o.releaseKV(pre, h, log)
 		if prefillErr != nil && context.Cause(ctx) == prefillErr {
-			return nil, prefillRetryable, prefillFailure(prefillErr)
+			return nil, prefillRetryable, o.prefillFailure(prefillErr, pre)
 		}
-		if prefillErr == nil && rejected(err) {
+		if prefillErr == nil && rejected(err) && !released {
 			// The prefill exported before the decode refused: claim it.
 			o.claimAndDrop(req, dec, h, params, log)
 		}
@@ -568,6 +644,7 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector.Handoff, log *slog.Logger) (*Instance, any, error) {
 	tried := map[*Instance]bool{}
 	var last error
+	var lastIn *Instance
 	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
 		in, err := o.take(o.cfg.Prefill, tried)
 		if err != nil {
@@ -583,18 +660,19 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 		if err == nil {
 			return in, params, nil
 		}
-		last = err
+		last, lastIn = err, in
 		if !retryable || ctx.Err() != nil {
 			break
 		}
 		o.cfg.Metrics.RecordPrefillRetry()
 		log.Warn("prefill failed; retrying on another instance", "instance", in.Client.BaseURL(), "attempt", attempt+1, "err", err)
 	}
-	return nil, nil, prefillFailure(last)
+	return nil, nil, o.prefillFailure(last, lastIn)
 }
 
-// prefillFailure turns the last prefill error into what the client sees.
-func prefillFailure(err error) error {
+// prefillFailure turns the last prefill error, from instance in, into what
+// the client sees.
+func (o *Orchestrator) prefillFailure(err error, in *Instance) error {
 	var oe *Error
 	if errors.As(err, &oe) {
 		return oe
@@ -611,6 +689,9 @@ func prefillFailure(err error) error {
 	var ue *stageclient.UpstreamError
 	if errors.As(err, &ue) && ue.Status < 500 {
 		return &Error{Status: ue.Status, Code: "prefill_rejected", Msg: "the prefill stage rejected the request", Cause: err, Upstream: ue.Body}
+	}
+	if e := unreachable("prefill", in, err); e != nil {
+		return e
 	}
 	return &Error{Status: 502, Code: "prefill_upstream_unavailable", Msg: "no prefill instance could serve the request", Cause: err}
 }
@@ -635,6 +716,13 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	o.track(o.cfg.Prefill, in, -1)
 	if err != nil {
 		var ue *stageclient.UpstreamError
+		if !errors.As(err, &ue) || ue.Status >= 500 {
+			// The leg may have reached the engine and exported — the
+			// answer cut off or never read, the client gone — so whatever
+			// it left is released (a prefill that refused the request
+			// exported nothing).
+			o.releaseKV(in, h, log)
+		}
 		retry := errors.Is(err, stageclient.ErrConnect) || (errors.As(err, &ue) && ue.Retryable()) ||
 			(errors.Is(err, stageclient.ErrTimeout) && ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled))
 		if retry {
@@ -695,14 +783,18 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 			release()
 			return nil, o.decodeFailure(in, dog, err)
 		}
-		return &Result{Path: path, Stream: s, idle: dog, release: release}, nil
+		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID()}, nil
 	}
 	resp, err := in.Client.Post(dog.ctx, req.path(), id, body)
 	release()
 	if err != nil {
 		return nil, o.decodeFailure(in, dog, err)
 	}
-	return &Result{Path: path, Body: scrubResponse(resp.Body)}, nil
+	answer, err := openai.Relay(resp.Body, req.publicID())
+	if err != nil {
+		return nil, &Error{Status: 502, Code: "decode_upstream_invalid", Msg: "the Thinker's answer is not a JSON object", Cause: err}
+	}
+	return &Result{Path: path, Body: answer}, nil
 }
 
 // decodeFailure classifies a failed decode leg. An instance that could not
@@ -714,8 +806,38 @@ func (o *Orchestrator) decodeFailure(in *Instance, dog *watchdog, err error) err
 	}
 	if errors.Is(err, stageclient.ErrConnect) {
 		in.eject(o.now())
+		return unreachable("decode", in, err)
 	}
 	return decodeFailure(err)
+}
+
+// unreachable is what a leg that got no HTTP response (ErrConnect) means
+// for the client, naming the instance: a supervised worker omnipd is
+// restarting, or a stage at its URL that refuses connections (an external
+// engine down, or never started) or dropped the connection before any
+// answer. The decode's is a 503 decode_unavailable, which tells clients to
+// retry; the prefill's keeps 502 prefill_upstream_unavailable, the code
+// pd.fallback and clients already key on. Nil for other errors.
+func unreachable(stage string, in *Instance, err error) error {
+	if !errors.Is(err, stageclient.ErrConnect) || in == nil {
+		return nil
+	}
+	status, code := 503, stage+"_unavailable"
+	if stage == "prefill" {
+		status, code = 502, "prefill_upstream_unavailable"
+	}
+	url := in.Client.BaseURL()
+	var op *net.OpError
+	var msg string
+	switch {
+	case in.Supervised:
+		msg = fmt.Sprintf("the %s stage at %s is restarting; retry shortly", stage, url)
+	case errors.As(err, &op) && op.Op == "dial":
+		msg = fmt.Sprintf("the %s stage at %s is unreachable: it refuses connections (not started, or down)", stage, url)
+	default:
+		msg = fmt.Sprintf("the %s stage at %s closed the connection before answering", stage, url)
+	}
+	return &Error{Status: status, Code: code, Msg: msg, Cause: err}
 }
 
 func decodeFailure(err error) error {
@@ -738,23 +860,6 @@ func decodeFailure(err error) error {
 		return &Error{Status: 503, Code: "decode_unavailable", Msg: "the decode stage is restarting; retry shortly", Cause: err}
 	}
 	return &Error{Status: 502, Code: "decode_upstream_unavailable", Msg: "the decode stage failed", Cause: err}
-}
-
-// scrubResponse hides the engines' KV routing from the client.
-func scrubResponse(body []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
-	}
-	if _, ok := m["kv_transfer_params"]; !ok {
-		return body
-	}
-	m["kv_transfer_params"] = json.RawMessage("null")
-	out, err := json.Marshal(m)
-	if err != nil {
-		return body
-	}
-	return out
 }
 
 // Probe checks every instance's /health each interval until ctx ends:

@@ -196,8 +196,8 @@ func omniStream(t *testing.T, url, body string) omniAnswer {
 			}
 		}
 	}
-	if finishes != 1 {
-		t.Errorf("%d finish reasons; want one, once every modality is done", finishes)
+	if finishes != 2 {
+		t.Errorf("%d finish reasons; want two, one on the last chunk of each modality (vllm-omni's rule)", finishes)
 	}
 	return a
 }

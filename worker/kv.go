@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/kvcache"
 	"github.com/omnipd/omnipd/kvtransfer"
+	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageclient"
 )
 
 // KVTransferConfig is vLLM's --kv-transfer-config JSON. The reference
@@ -442,4 +445,29 @@ func (k *kvPath) responseParams(pl *kvPlan, requestID string) any {
 		params["remote_shm"] = pl.ticket
 	}
 	return params
+}
+
+// kvReleaseRoute is the route of releaseKV.
+const kvReleaseRoute = "POST " + stageclient.KVReleasePath
+
+// releaseKV serves stageclient.KVReleasePath: the router's release of a
+// request that is gone — cancelled, or failed on the way to its decode —
+// by lease key. The lease is dropped now; a key not exported yet is
+// refused at its export (kvtransfer.Producer.Revoke). Like every route but
+// /health and /metrics it sits behind the deployment secret.
+func (s *Server) releaseKV(w http.ResponseWriter, r *http.Request) error {
+	if s.kv == nil || s.kv.producer == nil {
+		return openai.InvalidRequest("key", "this worker exports no KV (it is not a kv_producer)")
+	}
+	var req struct {
+		Key string `json:"key"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&req); err != nil || req.Key == "" {
+		return openai.InvalidRequest("key", `want {"key": "<lease key>"}`)
+	}
+	if s.kv.producer.Revoke(req.Key) {
+		s.log.Debug("released the KV of a request that is gone", "request_id", requestID(r.Context()), "key", req.Key)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

@@ -9,6 +9,7 @@ package metrics
 import (
 	"maps"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,7 @@ type Worker struct {
 	itl            prometheus.Histogram
 	e2e            prometheus.Histogram
 	kvImportFail   prometheus.Counter
+	errors         *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
@@ -95,8 +97,11 @@ func NewWorker(model string, load WorkerLoad, kv KVLeaseStats) *Worker {
 		kvImportFail: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "omnipd_kv_import_failures_total", Help: "Decode requests whose KV import from the prefill failed.", ConstLabels: labels,
 		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_request_errors_total", Help: "Requests answered with an error, by HTTP status.", ConstLabels: labels,
+		}, []string{"status"}),
 	}
-	reg.MustRegister(w.promptBySource, w.promptTokens, w.genTokens, w.success, w.ttft, w.itl, w.e2e, w.kvImportFail)
+	reg.MustRegister(w.promptBySource, w.promptTokens, w.genTokens, w.success, w.ttft, w.itl, w.e2e, w.kvImportFail, w.errors)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_running", Help: "Requests computing in the engine.", ConstLabels: labels},
 			func() float64 { return float64(load.Running()) }),
@@ -169,3 +174,106 @@ func (w *Worker) RecordFinished(reason string, e2e time.Duration) {
 
 // RecordKVImportFailure counts a failed KV import.
 func (w *Worker) RecordKVImportFailure() { w.kvImportFail.Inc() }
+
+// RecordError counts a request a worker answered with an error, by HTTP
+// status; a client that went away is not one.
+func (w *Worker) RecordError(status int) { w.errors.WithLabelValues(strconv.Itoa(status)).Inc() }
+
+// Outcomes of a Talker or Code2Wav request, as omnipd_stage_requests_total
+// labels them.
+const (
+	OutcomeOK             = "ok"
+	OutcomeInvalid        = "invalid_request"          // 400: the request itself is wrong
+	OutcomeNoConditioning = "conditioning_unavailable" // the Thinker's conditioning could not be fetched
+	OutcomeFailed         = "failed"                   // the model failed, before or during the stream
+	OutcomeCancelled      = "cancelled"                // the caller went away
+)
+
+// Stage holds the metrics of an omni stage worker (Talker or Code2Wav):
+// requests by outcome, latency, requests in flight and what it produced.
+// Latency and in-flight use vLLM's names, so one dashboard reads every
+// worker; the rest, which vLLM has no equivalent for, are omnipd_.
+type Stage struct {
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	e2e       prometheus.Histogram
+	firstItem prometheus.Histogram
+	inFlight  prometheus.Gauge
+	produced  prometheus.Counter
+}
+
+// NewStage registers a stage worker's metrics. stage is "talker" (which
+// produces codec frames) or "code2wav" (audio samples); model labels them
+// as model_name labels the Thinker's.
+func NewStage(stage, model string) *Stage {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	labels := prometheus.Labels{"model_name": model, "stage": stage}
+	unit, what := "frames", "Codec frames the Talker generated."
+	if stage != "talker" {
+		unit, what = "samples", "Audio samples Code2Wav decoded."
+	}
+	s := &Stage{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_stage_requests_total", ConstLabels: labels,
+			Help: "Finished stage requests by outcome: ok, invalid_request, conditioning_unavailable, failed, cancelled.",
+		}, []string{"outcome"}),
+		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:e2e_request_latency_seconds", Help: "End-to-end request latency.", ConstLabels: labels, Buckets: latencyBuckets,
+		}),
+		firstItem: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "omnipd_stage_time_to_first_output_seconds", ConstLabels: labels, Buckets: latencyBuckets,
+			Help: "Time from a request's arrival to its first codec frame (Talker) or its samples (Code2Wav).",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vllm:num_requests_running", Help: "Requests being served.", ConstLabels: labels,
+		}),
+		produced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_" + stage + "_" + unit + "_total", Help: what, ConstLabels: labels,
+		}),
+	}
+	reg.MustRegister(s.requests, s.e2e, s.firstItem, s.inFlight, s.produced)
+	for _, o := range []string{OutcomeOK, OutcomeInvalid, OutcomeFailed, OutcomeCancelled} {
+		s.requests.WithLabelValues(o)
+	}
+	if stage == "talker" {
+		s.requests.WithLabelValues(OutcomeNoConditioning)
+	}
+	return s
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (s *Stage) Handler() http.Handler {
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+}
+
+// StageRequest is one request being served; End it exactly once.
+type StageRequest struct {
+	s       *Stage
+	start   time.Time
+	started bool
+}
+
+// Start counts a request in flight from now.
+func (s *Stage) Start() *StageRequest {
+	s.inFlight.Inc()
+	return &StageRequest{s: s, start: time.Now()}
+}
+
+// Produced records n frames or samples made for the request; the first
+// call also records the time to first output.
+func (r *StageRequest) Produced(n int) {
+	if !r.started {
+		r.started = true
+		r.s.firstItem.Observe(time.Since(r.start).Seconds())
+	}
+	r.s.produced.Add(float64(n))
+}
+
+// End records the request's outcome and latency and takes it out of flight.
+func (r *StageRequest) End(outcome string) {
+	r.s.inFlight.Dec()
+	r.s.requests.WithLabelValues(outcome).Inc()
+	r.s.e2e.Observe(time.Since(r.start).Seconds())
+}

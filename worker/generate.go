@@ -45,12 +45,17 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseUnsupported(false, req.Extra, &req.SamplingParams, req.StreamOptions); err != nil {
+		return err
+	}
 	g := &generation{model: req.Model, kvParams: req.KVTransferParams}
 	switch {
 	case req.Prompt == nil:
 		return openai.InvalidRequest("prompt", "prompt is required")
 	case req.Prompt.Kind == openai.PromptText:
-		g.prompt = s.eng.Tokenizer().Encode(req.Prompt.Texts[0])
+		if g.prompt, err = s.promptTokens(false, req.Prompt.Texts[0], nil, false); err != nil {
+			return err
+		}
 	case req.Prompt.Kind == openai.PromptTokens:
 		g.prompt = req.Prompt.TokenIDs[0]
 	default:
@@ -70,6 +75,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseUnsupported(true, req.Extra, &req.SamplingParams, req.StreamOptions); err != nil {
+		return err
+	}
 	g := &generation{chat: true, model: req.Model, kvParams: req.KVTransferParams}
 	msgs := make([]tokenizer.Message, 0, len(req.Messages))
 	for i, m := range req.Messages {
@@ -82,7 +90,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		}
 		msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Text()})
 	}
-	g.prompt = s.eng.Tokenizer().ApplyChatTemplate(msgs, true)
+	// vLLM's add_generation_prompt (default true) ends the prompt with the
+	// assistant turn's header.
+	addGen := true
+	if raw, ok := req.Extra["add_generation_prompt"]; ok && string(bytes.TrimSpace(raw)) != "null" {
+		if json.Unmarshal(raw, &addGen) != nil {
+			return openai.InvalidRequest("add_generation_prompt", "want true or false")
+		}
+	}
+	if g.prompt, err = s.promptTokens(true, "", msgs, addGen); err != nil {
+		return err
+	}
 	if req.Logprobs != nil && *req.Logprobs {
 		return openai.InvalidRequest("logprobs", "logprobs are not supported by the reference worker")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -35,7 +36,7 @@ func TestContextLengthExceeded(t *testing.T) {
 		numbers    []string
 	}{
 		{"/v1/completions", `{"prompt":` + tokens(70) + `,"max_tokens":1}`, "prompt", []string{"64", "70"}},
-		{"/v1/completions", `{"prompt":` + tokens(60) + `,"max_tokens":10}`, "prompt", []string{"64", "60", "10", "70"}},
+		{"/v1/completions", `{"prompt":` + tokens(60) + `,"max_tokens":10}`, "prompt", []string{"64", "60", "10"}},
 		{"/v1/completions", `{"prompt":` + tokens(60) + `}`, "prompt", []string{"64", "60", "16"}}, // the default max_tokens
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 80) + `"}]}`, "messages", []string{"64"}},
 	} {
@@ -64,5 +65,49 @@ func TestContextLengthExceeded(t *testing.T) {
 	}
 	if _, err := New(Config{Engine: eng, MaxModelLen: testModel.Config.MaxPositionEmbeddings + 1}); err == nil {
 		t.Error("a max model length beyond the model's positions was accepted")
+	}
+}
+
+// A prompt far longer than the context — as text, for either endpoint, or
+// for /tokenize — is refused with vLLM's message and a lower bound on its
+// tokens, having cost memory proportional to its body (the bytes read and
+// the decoded string), not to its tokens: tokenizing stops past
+// --max-model-len.
+func TestHugePromptRefusedWithoutTokenizingIt(t *testing.T) {
+	eng := runTestEngine(t, engine.Config{})
+	srv, err := New(Config{Engine: eng, MaxModelLen: 64, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	const size = 4 << 20
+	text := strings.Repeat("lorem ipsum ", size/12)
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/completions", `{"prompt":"` + text + `","max_tokens":1}`, "prompt"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + text + `"}]}`, "messages"},
+		{"/tokenize", `{"prompt":"` + text + `"}`, "prompt"},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		status, _, b := call(t, "POST", hs.URL+c.path, "", c.body)
+		runtime.ReadMemStats(&after)
+		var e struct {
+			Error struct{ Message, Code, Param string } `json:"error"`
+		}
+		want := "This model's maximum context length is 64 tokens. However, your request has at least "
+		if status != 400 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != CodeContextLengthExceeded || e.Error.Param != c.param ||
+			!strings.HasPrefix(e.Error.Message, want) || !strings.HasSuffix(e.Error.Message, " input tokens. Please reduce the length of the input messages.") {
+			t.Errorf("%s: %d %.300s; want 400 %s on %s, %q…", c.path, status, b, CodeContextLengthExceeded, c.param, want)
+		}
+		// Client and server share this process: the request body is
+		// built, sent, read and decoded here — about five copies of it.
+		if got := after.TotalAlloc - before.TotalAlloc; got > 8*size {
+			t.Errorf("%s: refusing a %d MiB prompt allocated %d MiB; want at most %d", c.path, size>>20, got>>20, 8*size>>20)
+		}
+	}
+	if st := eng.Stats(); st.PromptTokensComputed != 0 {
+		t.Errorf("refused prompts reached the engine: %+v", st)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/engine/talker"
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
@@ -18,12 +19,13 @@ import (
 // TalkerServer serves a Talker stage: it fetches the Thinker's conditioning
 // straight from the Thinker workers and streams codec frames.
 type TalkerServer struct {
-	model  *talker.Model
-	seg    talker.Segmenter
-	secret string
-	client *http.Client
-	mux    *http.ServeMux
-	log    *slog.Logger
+	model   *talker.Model
+	seg     talker.Segmenter
+	secret  string
+	client  *http.Client
+	mux     *http.ServeMux
+	log     *slog.Logger
+	metrics *metrics.Stage
 }
 
 // NewTalker builds a Talker stage worker. secret is the deployment's: it
@@ -33,9 +35,11 @@ func NewTalker(m *talker.Model, seg talker.Segmenter, secret string, log *slog.L
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &TalkerServer{model: m, seg: seg, secret: secret, client: &http.Client{Timeout: 60 * time.Second}, mux: http.NewServeMux(), log: log}
+	s := &TalkerServer{model: m, seg: seg, secret: secret, client: &http.Client{Timeout: 60 * time.Second}, mux: http.NewServeMux(), log: log,
+		metrics: metrics.NewStage("talker", "omnipd-reference-talker")}
 	s.mux.HandleFunc("POST "+stageapi.TalkerPath, s.generate)
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.Handle("GET /metrics", s.metrics.Handler())
 	return s
 }
 
@@ -46,12 +50,17 @@ func (s *TalkerServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
+	m := s.metrics.Start()
+	outcome := metrics.OutcomeFailed
+	defer func() { m.End(outcome) }()
 	var req stageapi.TalkerRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		outcome = metrics.OutcomeInvalid
 		_ = openai.WriteError(w, openai.InvalidRequest("", "invalid JSON: "+err.Error()))
 		return
 	}
 	if n := len(req.Conditioning); n != 1 && n != 2 {
+		outcome = metrics.OutcomeInvalid
 		_ = openai.WriteError(w, openai.InvalidRequest("conditioning", "give one handle (colocated Thinker) or two (prefill, then decode)"))
 		return
 	}
@@ -61,6 +70,7 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, stageconn.ErrNotFound) {
 			status = http.StatusNotFound
 		}
+		outcome = metrics.OutcomeNoConditioning
 		_ = openai.WriteError(w, openai.Upstream(status, "conditioning_unavailable", err.Error()))
 		return
 	}
@@ -69,8 +79,17 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	frames := 0
 	err = s.model.Generate(c, s.seg, params, func(frame []int) bool {
 		frames++
+		m.Produced(1)
 		return sse.WriteEvent(stageapi.TalkerEvent{Frame: frame}) == nil && r.Context().Err() == nil
 	})
+	switch {
+	case r.Context().Err() != nil:
+		outcome = metrics.OutcomeCancelled
+	case err != nil:
+		s.log.Error("talker generation failed", "request_id", r.Header.Get("X-Request-Id"), "err", err)
+	default:
+		outcome = metrics.OutcomeOK
+	}
 	if err != nil {
 		_ = sse.WriteEvent(stageapi.TalkerEvent{Error: err.Error()})
 	} else {

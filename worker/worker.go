@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -119,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
 	s.mux.HandleFunc("POST /tokenize", s.handle(s.tokenize))
+	s.mux.HandleFunc(kvReleaseRoute, s.handle(s.releaseKV))
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.Handle("GET /metrics", s.metrics.Handler())
@@ -192,22 +194,54 @@ func allowed(w http.ResponseWriter, r *http.Request, secret string, log *slog.Lo
 func (s *Server) MaxModelLen() int { return s.cfg.MaxModelLen }
 
 // fitsContext refuses a request whose prompt and output cannot fit the
-// context, naming both numbers, before the engine sees it.
+// context, with vLLM's words and numbers, before the engine sees it.
 func (s *Server) fitsContext(chat bool, prompt, maxTokens int) error {
+	limit := s.cfg.MaxModelLen
+	switch {
+	case prompt >= limit:
+		return s.promptTooLong(chat, strconv.Itoa(prompt))
+	case prompt+maxTokens > limit:
+		// vLLM's wording (vllm/entrypoints/openai/serving_engine.py,
+		// OpenAIServing._validate_input).
+		return contextError(chat, fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			maxTokens, limit, prompt, maxTokens, limit, prompt))
+	}
+	return nil
+}
+
+// promptTooLong is vLLM's refusal of a prompt that alone reaches the
+// context (vllm/entrypoints/openai/serving_engine.py,
+// OpenAIServing._validate_input). tokens is the count, or "at least N" when
+// tokenizing stopped past the limit, as vLLM's renderer words its own
+// truncated count (vllm/renderers/params.py).
+func (s *Server) promptTooLong(chat bool, tokens string) error {
+	return contextError(chat, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %s input tokens. Please reduce the length of the input messages.",
+		s.cfg.MaxModelLen, tokens))
+}
+
+// promptTokens tokenizes a completions prompt, or renders and tokenizes chat
+// messages, stopping as soon as the prompt is known not to fit the context:
+// the work and memory spent on a prompt are bounded by --max-model-len,
+// however long its text.
+func (s *Server) promptTokens(chat bool, text string, msgs []tokenizer.Message, addGenerationPrompt bool) ([]int, error) {
+	limit := s.cfg.MaxModelLen - 1 // a prompt must leave room for one token
+	var ids []int
+	var n int
+	if chat {
+		ids, n = s.eng.Tokenizer().ApplyChatTemplateUpTo(msgs, addGenerationPrompt, limit)
+	} else {
+		ids, n = s.eng.Tokenizer().EncodeUpTo(text, limit)
+	}
+	if n > limit {
+		return nil, s.promptTooLong(chat, "at least "+strconv.Itoa(n))
+	}
+	return ids, nil
+}
+
+func contextError(chat bool, msg string) error {
 	param := "prompt"
 	if chat {
 		param = "messages"
-	}
-	limit := s.cfg.MaxModelLen
-	var msg string
-	switch {
-	case prompt >= limit:
-		msg = fmt.Sprintf("this model's maximum context length is %d tokens; the prompt has %d", limit, prompt)
-	case prompt+maxTokens > limit:
-		msg = fmt.Sprintf("this model's maximum context length is %d tokens; the prompt has %d and max_tokens asks for %d more (%d in all)",
-			limit, prompt, maxTokens, prompt+maxTokens)
-	default:
-		return nil
 	}
 	e := openai.InvalidRequest(param, msg)
 	code := CodeContextLengthExceeded
@@ -266,6 +300,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		default:
 			resp = openai.InternalError(err.Error())
 		}
+		s.metrics.RecordError(resp.Status)
 		if resp.Status >= 500 {
 			log.Error("request failed", "err", err)
 		} else {
@@ -316,18 +351,25 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) error {
 	if req.Model != "" && req.Model != s.cfg.ModelName {
 		return openai.ModelNotFound(req.Model)
 	}
+	// Tokenizing stops past max_model_len: a text that long is refused
+	// like a prompt, so that counting costs no more than serving.
 	var ids []int
+	var n int
+	limit := s.cfg.MaxModelLen
 	switch {
 	case req.Prompt != nil:
-		ids = s.eng.Tokenizer().Encode(*req.Prompt)
+		ids, n = s.eng.Tokenizer().EncodeUpTo(*req.Prompt, limit)
 	case len(req.Messages) > 0:
 		msgs := make([]tokenizer.Message, len(req.Messages))
 		for i, m := range req.Messages {
 			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
 		}
-		ids = s.eng.Tokenizer().ApplyChatTemplate(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+		ids, n = s.eng.Tokenizer().ApplyChatTemplateUpTo(msgs, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt, limit)
 	default:
 		return openai.InvalidRequest("prompt", "give a prompt or messages")
+	}
+	if n > limit {
+		return s.promptTooLong(req.Prompt == nil, "at least "+strconv.Itoa(n))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.cfg.MaxModelLen, "tokens": ids})
 	return nil

@@ -34,7 +34,8 @@ func (t *Tokenizer) bpe(dst []int, word string) []int {
 		}
 	}
 
-	ids := make([]int32, 0, len(word))
+	// Not len(word): a long word of bytes the vocab lacks yields nothing.
+	ids := make([]int32, 0, min(len(word), 1024))
 	pendingUnk := false
 	for i := 0; i < len(word); i++ {
 		id := t.byteIDs[word[i]]

@@ -407,6 +407,7 @@ func build(s buildSpec) (*Tokenizer, error) {
 		t.ranks[pairKey(int32(a), int32(b))] = merge{rank: int32(i), id: int32(c)}
 	}
 	t.matcher = newAddedMatcher(t.added)
+	t.maxTokenBytes, t.everyByte = encodeSpan(t)
 	return t, nil
 }
 

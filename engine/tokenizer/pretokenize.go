@@ -39,9 +39,17 @@ const qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 // Unicode White_Space property (as in Oniguruma and Rust's regex), \p{L} and
 // \p{N} the letter and number categories of Go's Unicode tables.
 func splitQwen2(s string, emit func(piece string)) {
+	splitQwen2Until(s, func(piece string) bool { emit(piece); return true })
+}
+
+// splitQwen2Until is splitQwen2 that stops when emit returns false: the
+// rest of s is never scanned.
+func splitQwen2Until(s string, emit func(piece string) bool) {
 	for i := 0; i < len(s); {
 		n := matchQwen2(s, i)
-		emit(s[i : i+n])
+		if !emit(s[i : i+n]) {
+			return
+		}
 		i += n
 	}
 }

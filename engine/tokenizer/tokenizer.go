@@ -72,6 +72,14 @@ type Tokenizer struct {
 	fuseUnk      bool
 	ignoreMerges bool
 
+	// maxTokenBytes is the longest text one token of Encode can stand for
+	// (model tokens and non-special added tokens); everyByte says every
+	// byte has its own token, so that no byte is dropped or fused into unk.
+	// Together they give a lower bound on a text's token count from its
+	// length alone (see bound.go).
+	maxTokenBytes int
+	everyByte     bool
+
 	cache wordCache
 }
 
@@ -134,13 +142,18 @@ func (t *Tokenizer) VocabSize() int { return len(t.idBytes) }
 // Encode tokenizes plain text. Special-token strings in the text are encoded as
 // ordinary text so that untrusted input cannot inject control tokens;
 // non-special added tokens are still recognised, as Hugging Face does.
-func (t *Tokenizer) Encode(text string) []int { return t.encode(nil, text, false) }
+func (t *Tokenizer) Encode(text string) []int { return t.encode(nil, text, false, nil) }
 
 // EncodeWithSpecials tokenizes text in which added special tokens (such as
 // <|im_start|>) are recognised and become their ids.
-func (t *Tokenizer) EncodeWithSpecials(text string) []int { return t.encode(nil, text, true) }
+func (t *Tokenizer) EncodeWithSpecials(text string) []int { return t.encode(nil, text, true, nil) }
 
-func (t *Tokenizer) encode(dst []int, text string, specials bool) []int {
+// encode appends the ids of text to dst. With a bound b, it stops as soon
+// as dst is known to exceed b.limit (see bound.go).
+func (t *Tokenizer) encode(dst []int, text string, specials bool, b *bound) []int {
+	if b.exceeded(dst, t.textMinTokens(len(text))) {
+		return dst
+	}
 	start := 0 // start of the pending run of ordinary text
 	for pos := 0; pos < len(text); {
 		at, idx := t.matcher.find(text, pos)
@@ -156,23 +169,32 @@ func (t *Tokenizer) encode(dst []int, text string, specials bool) []int {
 			pos = end
 			continue
 		}
-		dst = t.encodeOrdinary(dst, text[start:at])
+		dst = t.encodeOrdinary(dst, text[start:at], b)
+		if b.exceeded(dst, 1) {
+			return dst
+		}
 		dst = append(dst, tok.id)
 		start, pos = end, end
 	}
-	return t.encodeOrdinary(dst, text[start:])
+	return t.encodeOrdinary(dst, text[start:], b)
 }
 
 // encodeOrdinary encodes text that contains no added tokens to recognise.
-func (t *Tokenizer) encodeOrdinary(dst []int, text string) []int {
-	if text == "" {
+func (t *Tokenizer) encodeOrdinary(dst []int, text string, b *bound) []int {
+	if text == "" || b.exceeded(dst, t.textMinTokens(len(text))) {
 		return dst
 	}
 	if t.nfc {
 		text = norm.NFC.String(text)
 	}
-	splitQwen2(text, func(piece string) {
+	splitQwen2Until(text, func(piece string) bool {
+		// A pre-token that cannot fit is not merged at all: merging costs
+		// tens of bytes per byte of the word.
+		if b.exceeded(dst, t.wordMinTokens(piece)) {
+			return false
+		}
 		dst = t.encodeWord(dst, piece)
+		return !b.exceeded(dst, 0)
 	})
 	return dst
 }
@@ -214,25 +236,36 @@ func (t *Tokenizer) EOSTokenIDs() []int {
 // handling on top of this; that belongs to the caller.) A tokenizer without the
 // markers encodes their text instead.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) []int {
+	return t.applyChatTemplate(msgs, addGenerationPrompt, nil)
+}
+
+func (t *Tokenizer) applyChatTemplate(msgs []Message, addGenerationPrompt bool, b *bound) []int {
 	var ids []int
 	for _, m := range msgs {
-		ids = t.appendMarker(ids, IMStart)
-		ids = t.encode(ids, m.Role+"\n"+m.Content, false)
-		ids = t.appendMarker(ids, IMEnd)
-		ids = t.encode(ids, "\n", false)
+		ids = t.appendMarker(ids, IMStart, b)
+		if b.exceeded(ids, t.textMinTokens(len(m.Role)+1+len(m.Content))) {
+			// Refused before the turn's text is even put together.
+			return ids
+		}
+		ids = t.encode(ids, m.Role+"\n"+m.Content, false, b)
+		ids = t.appendMarker(ids, IMEnd, b)
+		ids = t.encode(ids, "\n", false, b)
+		if b.exceeded(ids, 0) {
+			return ids
+		}
 	}
 	if addGenerationPrompt {
-		ids = t.appendMarker(ids, IMStart)
-		ids = t.encode(ids, "assistant\n", false)
+		ids = t.appendMarker(ids, IMStart, b)
+		ids = t.encode(ids, "assistant\n", false, b)
 	}
 	return ids
 }
 
-func (t *Tokenizer) appendMarker(dst []int, content string) []int {
+func (t *Tokenizer) appendMarker(dst []int, content string, b *bound) []int {
 	if id, ok := t.TokenID(content); ok {
 		return append(dst, id)
 	}
-	return t.encode(dst, content, false)
+	return t.encode(dst, content, false, b)
 }
 
 // Decode turns ids back into text. Special tokens decode to their content; ids

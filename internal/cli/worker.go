@@ -35,13 +35,23 @@ kv_connector ReferenceConnector the worker moves KV blocks to and from other
 workers over its side channel (kv_ip:kv_port). With --secret (or
 OMNIPD_SECRET) every endpoint but /health and /metrics requires
 "Authorization: Bearer <secret>" — what vllm serve --api-key checks — and the
-side channel refuses peers that do not know it.`,
+side channel refuses peers that do not know it. --stage talker and --stage
+code2wav serve omnipd's stage API, each with its own /metrics.
+
+The reference engine samples plain text: a request for what it cannot honour
+(tools, response_format other than text, guided decoding, logprobs, n > 1,
+beam search, ...) is a 400 naming the parameter. A prompt is tokenized only
+up to --max-model-len tokens; a longer one is refused with vLLM's
+context-length error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if secret == "" {
 				secret = os.Getenv("OMNIPD_SECRET")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if cmd.Flags().Changed("secret") {
+				warnKeyOnCommandLine(log, "--secret", "OMNIPD_SECRET")
+			}
 			warnWorkerExposure(host, secret, log)
 			switch stage {
 			case "code2wav":

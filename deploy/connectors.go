@@ -106,3 +106,22 @@ func kvBasePort(kv *KVConfig) int {
 	}
 	return kv.Port
 }
+
+// KVPortsChosen reports whether the stage's KV side-channel ports
+// (Replicas[i].KVPort) are the config's choice — written in pd: (kv_port,
+// prefill.kv_port, decode.kv_port), in the stage's kv_transfer_config or
+// its replicas — rather than the connector's default ports that PD
+// expansion counted up, or none at all. A host that runs several
+// deployments can move the ports nobody chose; a chosen port is a promise
+// to whoever configured the peers.
+func (s *Stage) KVPortsChosen() bool {
+	if s.kvPortsDefaulted {
+		return false
+	}
+	for _, r := range s.Replicas {
+		if r.KVPort == 0 {
+			return false
+		}
+	}
+	return len(s.Replicas) > 0
+}

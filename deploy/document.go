@@ -61,6 +61,9 @@ type Stage struct {
 	EngineArgs *Node
 
 	disaggregatable bool
+	// kvPortsDefaulted: PD expansion gave the replicas the connector's
+	// default ports; the config chose none (KVPortsChosen).
+	kvPortsDefaulted bool
 	// roleGuessed: the role was inferred after an error about it; what
 	// validation says about the guess would only repeat that error.
 	roleGuessed bool

@@ -311,6 +311,10 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	}
 	setReplicas(prefill, layout.Prefill, prefillPort, spec)
 	setReplicas(decode, layout.Decode, decodePort, spec)
+	// The decode's ports count on from the prefill's only as a default:
+	// pd.kv_port chooses both, pd.prefill.kv_port only the prefill's.
+	prefill.kvPortsDefaulted = req.prefill.port == 0 && req.port == 0
+	decode.kvPortsDefaulted = req.decode.port == 0 && req.port == 0
 	for _, s := range downstream {
 		if layout.Downstream == nil {
 			continue

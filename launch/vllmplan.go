@@ -416,9 +416,16 @@ const VLLMConfigFile = "omnipd-vllm.yaml"
 // deployment can use the engines or their KV.
 const VLLMSecretFile = "omnipd-secret"
 
-// Shell renders p as a shell script: each instance started in the
-// background with its environment, then the omnipd config written to
-// VLLMConfigFile and the omnipd serve command that uses it.
+// Shell renders p as a shell script (POSIX sh) meant to run in a terminal
+// of its own, or in the background with its own log. It fails at once when
+// vllm (or curl, with which it polls /health) is not on PATH; starts each
+// instance in the background with its environment and its output in
+// NAME.log; writes the omnipd config to VLLMConfigFile; waits until every
+// instance answers /health (VLLM_READY_TIMEOUT seconds at most, 1800 by
+// default: a first start downloads and compiles), failing with the end of
+// the log of one that exits first; prints the omnipd serve command; and
+// then stays while the instances run. When one exits it stops the others
+// and exits 1; when it is stopped (Ctrl-C, SIGTERM) it stops them all.
 func (p *VLLMPlan) Shell() string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
@@ -426,9 +433,41 @@ func (p *VLLMPlan) Shell() string {
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "# note: %s\n", n)
 	}
-	b.WriteString("set -e\n")
+	if len(p.Commands) > 0 {
+		b.WriteString(`#
+# Run it in a terminal of its own, or in the background with its own log:
+#   sh launch.sh > launch.log 2>&1 &
+# It starts every instance (each logs to NAME.log), waits until each answers
+# /health, prints the omnipd serve command to run next, and stays while the
+# instances run. It exits non-zero when vllm is missing or an instance exits,
+# stopping the others; stopping it (Ctrl-C, kill) stops them all.
+`)
+	}
+	b.WriteString("set -eu\n")
+	if len(p.Commands) > 0 {
+		b.WriteString(`
+command -v vllm >/dev/null 2>&1 || { echo "launch.sh: vllm is not on PATH: install vLLM or activate its environment, then run this again" >&2; exit 127; }
+command -v curl >/dev/null 2>&1 || { echo "launch.sh: curl is not on PATH; this script polls each instance's /health with it" >&2; exit 127; }
+`)
+	}
 	fmt.Fprintf(&b, "\n# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.\n")
 	fmt.Fprintf(&b, "[ -s %[1]s ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > %[1]s)\n", VLLMSecretFile)
+	if len(p.Commands) > 0 {
+		b.WriteString(`
+# name|pid|url of each instance started; every one is stopped when this script ends.
+instances=
+started() { instances="$instances $1|$2|$3"; }
+stop() { for i in $instances; do p=${i#*|}; kill "${p%%|*}" 2>/dev/null || true; done; }
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+failed() {
+  echo "launch.sh: $1 exited$2; stopping the others. The end of $1.log:" >&2
+  tail -n 20 "$1.log" >&2 || true
+  exit 1
+}
+`)
+	}
 	for _, c := range p.Commands {
 		fmt.Fprintf(&b, "\n# %s: stage %d (%s), replica %d -> %s\n", c.Name, c.Stage, c.Role, c.Replica, c.URL)
 		fmt.Fprintf(&b, "VLLM_API_KEY=\"$(cat %s)\" \\\n", VLLMSecretFile)
@@ -447,19 +486,44 @@ func (p *VLLMPlan) Shell() string {
 			}
 			b.WriteString(shellQuote(a))
 		}
-		b.WriteString(" &\n")
+		fmt.Fprintf(&b, " > %s 2>&1 &\n", shellQuote(c.Name+".log"))
+		fmt.Fprintf(&b, "started %s $! %s\n", shellQuote(c.Name), shellQuote(c.URL))
 	}
-	fmt.Fprintf(&b, "\n# The omnipd config naming these instances. Once each answers /health, run:\n")
-	fmt.Fprintf(&b, "#   omnipd serve --config %s --secret-file %s --served-model-name %s\n", VLLMConfigFile, VLLMSecretFile, shellQuote(p.ServedModelName))
+	serveCmd := fmt.Sprintf("omnipd serve --config %s --secret-file %s --served-model-name %s", VLLMConfigFile, VLLMSecretFile, shellQuote(p.ServedModelName))
+	fmt.Fprintf(&b, "\n# The omnipd config naming these instances, for:\n#   %s\n", serveCmd)
 	fmt.Fprintf(&b, "cat > %s <<'EOF'\n", VLLMConfigFile)
 	b.Write(p.Config)
 	if len(p.Config) > 0 && p.Config[len(p.Config)-1] != '\n' {
 		b.WriteByte('\n')
 	}
 	b.WriteString("EOF\n")
-	if len(p.Commands) > 0 {
-		b.WriteString("\nwait\n")
+	if len(p.Commands) == 0 {
+		return b.String()
 	}
+	b.WriteString(`
+timeout=${VLLM_READY_TIMEOUT:-1800}
+deadline=$(( $(date +%s) + timeout ))
+for i in $instances; do
+  name=${i%%|*}; rest=${i#*|}; pid=${rest%%|*}; url=${rest#*|}
+  echo "launch.sh: waiting for $name at $url/health (log: $name.log)"
+  until curl -fsS -o /dev/null --max-time 5 "$url/health" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || failed "$name" " before it was ready"
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "launch.sh: $name not ready within ${timeout}s; set VLLM_READY_TIMEOUT to wait longer" >&2; exit 1; }
+    sleep 2
+  done
+  echo "launch.sh: $name ready"
+done
+`)
+	fmt.Fprintf(&b, "echo \"launch.sh: every instance is ready. Next, in another terminal:\"\necho %s\n", shellQuote("  "+serveCmd))
+	b.WriteString(`echo "launch.sh: running until an instance exits or this script is stopped (Ctrl-C)"
+while :; do
+  for i in $instances; do
+    rest=${i#*|}
+    kill -0 "${rest%%|*}" 2>/dev/null || failed "${i%%|*}" ""
+  done
+  sleep 2
+done
+`)
 	return b.String()
 }
 

@@ -32,7 +32,7 @@ tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 echo "kube-assets: building etcd $etcd and kube-apiserver $kube into $dir (a few minutes when cold)" >&2
-start=$SECONDS
+start=$(date +%s)
 minor=${kube#*.}
 minor=${minor%%.*}
 # One go build for both binaries, so that the packages they share compile
@@ -44,10 +44,27 @@ for kv in gitVersion=v$kube gitMajor=${kube%%.*} gitMinor=$minor gitTreeState=cl
 done
 # Without optimisation or inlining (-N -l) the build takes about 15% less CPU;
 # the servers only answer a test's requests, so their speed does not matter.
-(cd "$mod" && go build -trimpath -gcflags='all=-N -l' -ldflags="$ldflags" -o "$tmp/" tool) >&2
+# -v lists each package as it is compiled; instead of those thousands of
+# lines, a line every tenth of the way says how far the build is. Any other
+# line (an error, "go: downloading ...") passes through.
+total=$(cd "$mod" && go list -deps tool | wc -l)
+(cd "$mod" && go build -v -trimpath -gcflags='all=-N -l' -ldflags="$ldflags" -o "$tmp/" tool) 2>&1 |
+  awk -v total="$total" -v start="$start" '
+    /^[A-Za-z0-9._~\/+-]+$/ {
+      n++
+      if (n * 10 >= (step + 1) * total && step < 9) {
+        step = int(n * 10 / total)
+        "date +%s" | getline now
+        close("date +%s")
+        printf "kube-assets: %d%% (%d of about %d packages compiled, %ds)\n", step * 10, n, total, now - start
+        fflush()
+      }
+      next
+    }
+    { print; fflush() }' >&2
 # go names a main package whose path ends in a major version after the
 # element before it: go.etcd.io/etcd/server/v3 builds as "server".
 mv "$tmp/server" "$dir/etcd"
 mv "$tmp/kube-apiserver" "$dir/kube-apiserver"
-echo "kube-assets: built in $((SECONDS - start))s" >&2
+echo "kube-assets: built in $(($(date +%s) - start))s" >&2
 echo "$dir"

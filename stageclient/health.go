@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Health asks the instance's /health. Nil means 200; any other status is an
@@ -28,6 +30,114 @@ func (c *Client) Health(ctx context.Context) error {
 		return classifyRead(ctx, what, err)
 	}
 	return nil
+}
+
+// ErrSecretRefused: the instance answered 401 or 403 to omnipd's deployment
+// secret (or to its absence), so every request omnipd sends it fails. It is
+// its own class because /health cannot show it: vLLM's /health is open to
+// anyone even with VLLM_API_KEY set (vllm/entrypoints/openai/api_server.py,
+// v0.8 to v0.11: the authentication middleware guards only paths under
+// /v1), and so is the reference worker's.
+var ErrSecretRefused = errors.New("refuses omnipd's deployment secret")
+
+// authProbePath is the cheap authenticated route Ready asks: vLLM guards it
+// with its API key and answers from memory; the reference worker's front
+// door checks the secret before routing, so an omni stage (Talker,
+// Code2Wav), which has no such route, answers 404 once the secret passed.
+const authProbePath = "/v1/models"
+
+// Ready reports whether a request sent to the instance can succeed: its
+// /health is 200 (Health) and it takes the deployment secret this client
+// sends. A 401 or 403 on the authenticated probe is ErrSecretRefused; any
+// other answer means the credential got past the instance's front door.
+func (c *Client) Ready(ctx context.Context) error {
+	if err := c.Health(ctx); err != nil {
+		return err
+	}
+	resp, what, err := c.get(ctx, authProbePath, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := readBounded(resp.Body, maxErrorBody); err != nil && !errors.Is(err, errTooLarge) {
+		return classifyRead(ctx, what, err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+		return nil
+	}
+	if c.auth == "" {
+		return fmt.Errorf("%s: %w: it requires a deployment secret and omnipd has none (%d); set OMNIPD_SECRET or --secret-file to the engine's key",
+			c.base, ErrSecretRefused, resp.StatusCode)
+	}
+	return fmt.Errorf("%s %w (%d)", c.base, ErrSecretRefused, resp.StatusCode)
+}
+
+// ReadyTarget is one stage instance a Readiness covers.
+type ReadyTarget struct {
+	// Stage names it in the answer: "stage 0 (thinker-prefill)".
+	Stage  string
+	Client *Client
+}
+
+// DefaultReadyTTL is how long a Readiness answer is reused: /health may be
+// polled by load balancers many times a second, and each check costs two
+// requests per instance.
+const DefaultReadyTTL = time.Second
+
+// Readiness answers "can a request succeed on every stage?" for /health,
+// probing each target with Ready, all at once, and reusing the answer for
+// TTL. Concurrent checks share one probe. The zero TTL is DefaultReadyTTL;
+// Now, when nil, is time.Now.
+type Readiness struct {
+	Targets []ReadyTarget
+	TTL     time.Duration
+	Now     func() time.Time
+
+	once  sync.Once
+	token chan struct{} // holding it is the right to probe or read the cache
+	valid bool
+	at    time.Time
+	err   error
+}
+
+// Check returns nil when every target is ready, else an error naming each
+// target that is not, and why.
+func (r *Readiness) Check(ctx context.Context) error {
+	r.once.Do(func() { r.token = make(chan struct{}, 1) })
+	select {
+	case r.token <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("stage readiness: %w", ctx.Err())
+	}
+	defer func() { <-r.token }()
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	ttl := r.TTL
+	if ttl <= 0 {
+		ttl = DefaultReadyTTL
+	}
+	if r.valid && now().Sub(r.at) < ttl {
+		return r.err
+	}
+	errs := make([]error, len(r.Targets))
+	var wg sync.WaitGroup
+	for i, t := range r.Targets {
+		wg.Go(func() {
+			if err := t.Client.Ready(ctx); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", t.Stage, err)
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	// A caller that gave up learned nothing about the stages; the next
+	// caller probes afresh.
+	if ctx.Err() == nil {
+		r.valid, r.at, r.err = true, now(), err
+	}
+	return err
 }
 
 // Metrics reads the instance's /metrics, in Prometheus' text format, into a

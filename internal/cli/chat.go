@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/omnipd/omnipd/openai"
 	"github.com/spf13/cobra"
@@ -56,7 +58,7 @@ func newChatCmd() *cobra.Command {
 				return err
 			}
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+				return fmt.Errorf("HTTP %d: %s", resp.StatusCode, printable(string(bytes.TrimSpace(raw))))
 			}
 			var out openai.ChatCompletion
 			if err := json.Unmarshal(raw, &out); err != nil {
@@ -65,7 +67,7 @@ func newChatCmd() *cobra.Command {
 			wrote := false
 			for _, c := range out.Choices {
 				if c.Message.Content != nil {
-					fmt.Fprintln(cmd.OutOrStdout(), *c.Message.Content)
+					fmt.Fprintln(cmd.OutOrStdout(), printable(*c.Message.Content))
 				}
 				if c.Message.Audio != nil && audioPath != "" {
 					wav, err := base64.StdEncoding.DecodeString(c.Message.Audio.Data)
@@ -93,4 +95,31 @@ func newChatCmd() *cobra.Command {
 	// text, and a key must never be printed.
 	f.StringVar(&apiKey, "api-key", "", "API key, if the server requires one (default $OMNIPD_API_KEY; the flag wins)")
 	return cmd
+}
+
+// printable is s with every rune a terminal might act on, rather than show,
+// written as its Go escape (\x1b, \a, \r, \u202e): C0 and C1 controls
+// other than newline and tab, DEL, and the invisible format characters
+// (bidirectional overrides, zero-width joiners), as unicode.IsPrint sees
+// them. Invalid UTF-8 shows as \xNN too. A model's text can hold any of
+// these — the reference model's random tokens often do — and printed raw
+// they clear the screen, retitle the window or reorder what the reader sees.
+// chat escapes always, not only on a terminal: it is a tool for people, and
+// a program that wants the exact text reads the API's JSON.
+func printable(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r == unicode.ReplacementChar && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -43,3 +43,37 @@ func TestChatPrintsTextAndWritesAudio(t *testing.T) {
 		t.Errorf("asked for modalities %v", asked["modalities"])
 	}
 }
+
+// The reference model's text is random tokens: escape sequences, bells,
+// bidirectional overrides. chat prints them as visible escapes, never as
+// bytes a terminal would act on; newlines, tabs and ordinary text (any
+// script) pass unchanged. So does an error body the server sends.
+func TestChatPrintsTextSafely(t *testing.T) {
+	content := "hi\x1b[2J\x07 ok\tü 你好\u202eevil\u0085\r\nnext\x7f"
+	status := http.StatusOK
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(status)
+		if status != http.StatusOK {
+			_, _ = w.Write([]byte("bad\x1b]0;owned\x07"))
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []any{
+			map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": content}},
+		}})
+	}))
+	defer hs.Close()
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), []string{"chat", "--url", hs.URL, "Hi!"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if want := `hi\x1b[2J\a ok` + "\tü 你好" + `\u202eevil\u0085\r` + "\nnext" + `\x7f` + "\n"; stdout.String() != want {
+		t.Errorf("printed %q\nwant    %q", stdout.String(), want)
+	}
+	status = http.StatusBadGateway
+	stdout.Reset()
+	stderr.Reset()
+	_ = Run(context.Background(), []string{"chat", "--url", hs.URL, "Hi!"}, &stdout, &stderr)
+	if strings.ContainsAny(stderr.String(), "\x1b\x07") || !strings.Contains(stderr.String(), `bad\x1b]0;owned\a`) {
+		t.Errorf("error printed as %q", stderr.String())
+	}
+}

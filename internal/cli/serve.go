@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,8 +49,14 @@ default: Qwen3-Omni's Thinker split into prefill and decode on reference
 workers that omnipd starts as child processes on loopback. With --config it
 serves any validated topology; a stage with endpoints: is already running
 (vllm serve, say) and is not started. --pd=false serves the same pipeline
-with the Thinker colocated, for comparison. /health is ready only when
-every stage is.`,
+with the Thinker colocated, for comparison. /health is ready only when a
+request can succeed: every stage answers its /health and takes the
+deployment secret; else 503 says which stage is not, and why.
+
+--port is bound before any worker starts, and a port written in the config
+(pd.kv_port, a stage's kv_port) must be free; ports nobody chose (each
+worker's, the embedded default's KV side channels) are picked free, so two
+serve on one host need only different --port values.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts := flags.options()
@@ -64,7 +71,9 @@ every stage is.`,
 				debug.SetGCPercent(percent)
 				fmt.Fprintf(cmd.OutOrStdout(), "garbage collector: GOGC=%d (set GOGC to choose)\n", percent)
 			}
-			if !cmd.Flags().Changed("api-key") {
+			if cmd.Flags().Changed("api-key") {
+				warnKeyOnCommandLine(log, "--api-key", "OMNIPD_API_KEY")
+			} else {
 				access.apiKey = os.Getenv("OMNIPD_API_KEY")
 			}
 			return serve(cmd.Context(), doc, serveOptions{access: access,
@@ -151,7 +160,11 @@ func workerProcs(hostProcs, workers int, envSet bool) int {
 	return max(1, hostProcs/workers)
 }
 
-// serve starts what the topology needs and serves until ctx ends.
+// serve starts what the topology needs and serves until ctx ends. Every
+// port it will use is settled before the first worker starts: the API's is
+// bound, the ones the config chose are checked free, and the ones nobody
+// chose are picked free, so that a clash fails at once, naming the port,
+// rather than after minutes of worker start-up.
 func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	simulateArg, err := simulateWorkerArg(o.simulate)
 	if err != nil {
@@ -165,6 +178,16 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("find the omnipd binary to start workers: %w", err)
 	}
+	ln, err := listen(o.host, o.port)
+	if err != nil {
+		return fmt.Errorf("--port: %w", err)
+	}
+	defer ln.Close() // on an early return; serveListener closes it otherwise
+	ports, err := planLocalPorts(doc)
+	if err != nil {
+		return err
+	}
+	defer ports.close()
 	var workers []*launch.Supervisor
 	defer func() {
 		for _, w := range workers {
@@ -182,6 +205,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 
 	pools := map[topology.Role]*orchestrator.Pool{}
 	omniPools := map[string]*orchestrator.Pool{}
+	var readiness stageclient.Readiness
 	var contract kvconnector.Contract
 	for _, s := range doc.Stages {
 		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
@@ -196,6 +220,12 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			url := r.Endpoint
 			if url == "" {
 				// omnipd starts this instance: a reference worker.
+				held := ports.take(s.ID, i)
+				spec.Port = held.http
+				if held.kv != 0 {
+					r.KVPort = held.kv
+				}
+				where := ""
 				if s.ModelStage == "thinker" {
 					if spec.KVTransferConfig, err = workerKVConfig(s, r); err != nil {
 						return err
@@ -204,6 +234,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
 					}
 					spec.Args = append(spec.Args, kvCacheArgs(s)...)
+					if r.KVPort != 0 {
+						where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
+					}
 				} else {
 					spec.Args = []string{"--stage", s.ModelStage}
 				}
@@ -213,7 +246,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				if o.debugAddr != "" {
 					spec.Args = append(spec.Args, "--debug-addr", childDebugAddr(o.debugAddr))
 				}
-				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s\n", s.ID, pool.Name, spec.Name)
+				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s%s\n", s.ID, pool.Name, spec.Name, where)
 				w, err := launch.Supervise(exe, spec, o.workerLog, progress)
 				if err != nil {
 					return err
@@ -232,17 +265,13 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			if err != nil {
 				return fmt.Errorf("stage %d: %w", s.ID, err)
 			}
+			readiness.Targets = append(readiness.Targets, stageclient.ReadyTarget{Stage: fmt.Sprintf("stage %d (%s)", s.ID, pool.Name), Client: client})
 			if s.ModelStage != "thinker" {
 				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
 				continue
 			}
 			peer := kvconnector.Peer{EngineID: r.EngineID, KVPort: r.KVPort, HTTPAddr: strings.TrimPrefix(url, "http://"), TP: s.TensorParallelSize}
-			if s.KV != nil {
-				peer.KVHost = s.KV.IP
-			}
-			if peer.KVHost == "" {
-				peer.KVHost = "127.0.0.1"
-			}
+			peer.KVHost = kvHost(s)
 			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
 		}
 		if s.ModelStage != "thinker" {
@@ -290,29 +319,57 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	var all []*orchestrator.Instance
-	for _, p := range pools {
-		all = append(all, p.Instances...)
-	}
 	o.access.warnExposure(o.host, o.log)
+	warnNotReady(ctx, &readiness, o.log)
 	handler := server.New(server.Config{
 		APIKey: o.access.apiKey, AuthHealth: o.access.authHealth, AuthMetrics: o.access.authMetrics,
 		MaxConcurrent: o.access.maxConcurrent, MaxTokensLimit: o.access.tokensLimit(ctx, cfg.Decode, o.log),
 		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m,
-		Ready: func(ctx context.Context) error {
-			for _, in := range all {
-				if err := in.Client.Health(ctx); err != nil {
-					return fmt.Errorf("%s: %w", in.Client.BaseURL(), err)
-				}
-			}
-			return nil
-		},
+		Ready: readiness.Check, BodyTimeout: noneIsNegative(o.access.bodyTimeout),
 	})
-	return serveHTTP(ctx, o.host, o.port, handler, o.drain, func(a net.Addr) {
+	hc := server.HTTPConfig{
+		IdleTimeout: noneIsNegative(o.access.keepAlive),
+		MaxConns:    noneIsNegative(o.access.maxConns), MaxConnsPerIP: noneIsNegative(o.access.maxConnsPerIP),
+		Metrics: m,
+	}
+	return serveListenerWith(ctx, ln, handler, hc, o.drain, func(a net.Addr) {
 		fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, pathName(contract), a)
 	}, func() {
 		fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
 	})
+}
+
+// noneIsNegative maps a flag's 0 ("no bound") to the server configs'
+// negative, whose 0 means the default.
+func noneIsNegative[T int | time.Duration](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// warnNotReady checks every stage once before serving and says what stands
+// in the way. A stage that refuses the deployment secret is the loud case:
+// its /health is green, yet every request through it fails.
+func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := r.Check(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, stageclient.ErrSecretRefused):
+		log.Warn("stages refuse omnipd's deployment secret: every request through them will fail, and /health says not ready, until --secret-file or OMNIPD_SECRET holds the engines' key (vllm serve: VLLM_API_KEY)", "err", err)
+	default:
+		log.Warn("not every stage is ready; /health says not ready until they are", "err", err)
+	}
+}
+
+// kvHost is the address a stage's KV side channels listen on.
+func kvHost(s *deploy.Stage) string {
+	if s.KV != nil && s.KV.IP != "" {
+		return s.KV.IP
+	}
+	return "127.0.0.1"
 }
 
 // omniConfig reads the audio stages' settings from the deploy config: the
@@ -409,6 +466,9 @@ type accessOptions struct {
 	authHealth, authMetrics bool
 	secretFile              string
 	maxConcurrent           int
+	bodyTimeout             time.Duration
+	keepAlive               time.Duration
+	maxConns, maxConnsPerIP int
 	maxTokensLimit          int
 	maxModelLen             int
 	maxStageQueue           int
@@ -423,6 +483,10 @@ func (a *accessOptions) register(cmd *cobra.Command) {
 	f.BoolVar(&a.authMetrics, "auth-metrics", false, "require the API key on /metrics too")
 	f.StringVar(&a.secretFile, "secret-file", "", "file holding the deployment secret stage calls carry (default $OMNIPD_SECRET; generated when omnipd starts every stage)")
 	f.IntVar(&a.maxConcurrent, "max-concurrent", 1024, "requests in flight at once; more get 429 with Retry-After")
+	f.DurationVar(&a.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "how long a client may take to send a request's body; slower gets 408 (0: no bound)")
+	f.DurationVar(&a.keepAlive, "keep-alive-timeout", server.DefaultIdleTimeout, "close a keep-alive connection idle this long (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE; 0: never)")
+	f.IntVar(&a.maxConns, "max-connections", server.DefaultMaxConns, "connections open at once; one more is answered 503 and closed (0: no bound)")
+	f.IntVar(&a.maxConnsPerIP, "max-connections-per-ip", server.DefaultMaxConnsPerIP, "connections open at once from one client address (an IPv6 /64); one more is answered 429 and closed (0: no bound; behind a proxy, raise it or turn it off)")
 	f.IntVar(&a.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens a request may ask for; more is 400 (0: the Thinker's max model length; negative: no limit of omnipd's own)")
 	f.IntVar(&a.maxModelLen, "max-model-len", 0, "the Thinker's context, prompt plus output, in tokens, for the reference workers omnipd starts (0: the model's)")
 	f.IntVar(&a.maxStageQueue, "max-stage-queue", 512, "requests omnipd may have queued or in flight on each stage instance; when every instance of a stage is full, 429 (0: no bound)")
@@ -509,6 +573,12 @@ func deploymentSecret(doc *deploy.Document, file string, log *slog.Logger) (stri
 		if err != nil {
 			return "", fmt.Errorf("--secret-file: %w", err)
 		}
+		if fi, err := os.Stat(file); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			// ssh refuses such a private key; omnipd says so and goes on,
+			// since the file may be shared on purpose (a group of operators).
+			log.Warn("--secret-file is readable by other users of this host, so they can call the stage engines as omnipd; chmod 600 it",
+				"file", file, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
+		}
 		secret := strings.TrimSpace(string(b))
 		if secret == "" {
 			return "", fmt.Errorf("--secret-file %s is empty", file)
@@ -527,4 +597,12 @@ func deploymentSecret(doc *deploy.Document, file string, log *slog.Logger) (stri
 		}
 	}
 	return newSecret()
+}
+
+// warnKeyOnCommandLine says that a key given as flag is visible to every
+// user of this host (ps, /proc/PID/cmdline), and where it belongs instead.
+// It never prints the key. Workers serve starts get the deployment secret in
+// their environment (launch.Spec.Secret), which only their user can read.
+func warnKeyOnCommandLine(log *slog.Logger, flag, env string) {
+	log.Warn(flag+" puts the key on the command line, where every user of this host can read it (ps, /proc/PID/cmdline); set "+env+" in the environment instead", "flag", flag)
 }

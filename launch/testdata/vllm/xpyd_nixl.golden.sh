@@ -1,9 +1,32 @@
 #!/bin/sh
 # vllm serve instances for omnipd: 3 planned.
-set -e
+#
+# Run it in a terminal of its own, or in the background with its own log:
+#   sh launch.sh > launch.log 2>&1 &
+# It starts every instance (each logs to NAME.log), waits until each answers
+# /health, prints the omnipd serve command to run next, and stays while the
+# instances run. It exits non-zero when vllm is missing or an instance exits,
+# stopping the others; stopping it (Ctrl-C, kill) stops them all.
+set -eu
+
+command -v vllm >/dev/null 2>&1 || { echo "launch.sh: vllm is not on PATH: install vLLM or activate its environment, then run this again" >&2; exit 127; }
+command -v curl >/dev/null 2>&1 || { echo "launch.sh: curl is not on PATH; this script polls each instance's /health with it" >&2; exit 127; }
 
 # The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.
 [ -s omnipd-secret ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > omnipd-secret)
+
+# name|pid|url of each instance started; every one is stopped when this script ends.
+instances=
+started() { instances="$instances $1|$2|$3"; }
+stop() { for i in $instances; do p=${i#*|}; kill "${p%%|*}" 2>/dev/null || true; done; }
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+failed() {
+  echo "launch.sh: $1 exited$2; stopping the others. The end of $1.log:" >&2
+  tail -n 20 "$1.log" >&2 || true
+  exit 1
+}
 
 # thinker-prefill-0: stage 0 (prefill), replica 0 -> http://127.0.0.1:8100
 VLLM_API_KEY="$(cat omnipd-secret)" \
@@ -19,7 +42,8 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both","engine_id":"thinker-prefill-0","kv_buffer_device":"cuda","kv_port":5600}' \
   --max-num-seqs 32 \
   --gpu-memory-utilization 0.85 \
-  --trust-remote-code &
+  --trust-remote-code > thinker-prefill-0.log 2>&1 &
+started thinker-prefill-0 $! http://127.0.0.1:8100
 
 # thinker-prefill-1: stage 0 (prefill), replica 1 -> http://127.0.0.1:8101
 VLLM_API_KEY="$(cat omnipd-secret)" \
@@ -35,7 +59,8 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both","engine_id":"thinker-prefill-1","kv_buffer_device":"cuda","kv_port":5601}' \
   --max-num-seqs 32 \
   --gpu-memory-utilization 0.85 \
-  --trust-remote-code &
+  --trust-remote-code > thinker-prefill-1.log 2>&1 &
+started thinker-prefill-1 $! http://127.0.0.1:8101
 
 # thinker-decode-0: stage 1 (decode), replica 0 -> http://127.0.0.1:8102
 VLLM_API_KEY="$(cat omnipd-secret)" \
@@ -51,9 +76,10 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both","engine_id":"thinker-decode","kv_buffer_device":"cuda","kv_port":5602}' \
   --max-num-seqs 32 \
   --gpu-memory-utilization 0.85 \
-  --trust-remote-code &
+  --trust-remote-code > thinker-decode-0.log 2>&1 &
+started thinker-decode-0 $! http://127.0.0.1:8102
 
-# The omnipd config naming these instances. Once each answers /health, run:
+# The omnipd config naming these instances, for:
 #   omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
 cat > omnipd-vllm.yaml <<'EOF'
 pipeline: qwen3_omni_moe_thinker
@@ -130,4 +156,25 @@ stages:
       trust_remote_code: true
 EOF
 
-wait
+timeout=${VLLM_READY_TIMEOUT:-1800}
+deadline=$(( $(date +%s) + timeout ))
+for i in $instances; do
+  name=${i%%|*}; rest=${i#*|}; pid=${rest%%|*}; url=${rest#*|}
+  echo "launch.sh: waiting for $name at $url/health (log: $name.log)"
+  until curl -fsS -o /dev/null --max-time 5 "$url/health" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || failed "$name" " before it was ready"
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "launch.sh: $name not ready within ${timeout}s; set VLLM_READY_TIMEOUT to wait longer" >&2; exit 1; }
+    sleep 2
+  done
+  echo "launch.sh: $name ready"
+done
+echo "launch.sh: every instance is ready. Next, in another terminal:"
+echo '  omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct'
+echo "launch.sh: running until an instance exits or this script is stopped (Ctrl-C)"
+while :; do
+  for i in $instances; do
+    rest=${i#*|}
+    kill -0 "${rest%%|*}" 2>/dev/null || failed "${i%%|*}" ""
+  done
+  sleep 2
+done

@@ -1,0 +1,3 @@
+package kvconnector
+
+func mooncake(map[string]any) (Contract, error) { return push(MooncakeConnector), nil }

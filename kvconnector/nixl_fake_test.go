@@ -1,0 +1,117 @@
+package kvconnector
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+// pullFake is a NIXL-shaped pair: the prefill exports under its internal
+// request id and answers where the decode pulls from.
+type pullFake struct {
+	name string
+	p, d Peer
+	// vllm: behave like vLLM's NixlConnector (randomized internal ids, block
+	// ids as a list per KV-cache group, newer keys the router does not know).
+	// Otherwise behave like omnipd's reference worker (worker/kv.go).
+	vllm    bool
+	n       int
+	exports map[string]*export // by remote_request_id
+}
+
+func newPullFake(name string, h Handoff, vllm bool) *pullFake {
+	return &pullFake{name: name, p: h.Prefill, d: h.Decode, vllm: vllm, exports: map[string]*export{}}
+}
+
+func (f *pullFake) prefill(t testing.TB, l leg) json.RawMessage {
+	t.Helper()
+	if !flag(l.params, "do_remote_decode") || flag(l.params, "do_remote_prefill") {
+		t.Fatalf("%s prefill: kv_transfer_params %v do not ask for a remote decode; the KV would be freed at once", f.name, l.params)
+	}
+	f.n++
+	internal := l.requestID // the reference worker keys pull transfers by X-Request-Id
+	var blocks any = []int{f.n * 10, f.n*10 + 1, f.n*10 + 2}
+	resp := map[string]any{
+		"do_remote_prefill": true,
+		"do_remote_decode":  false,
+		"remote_block_ids":  blocks,
+		"remote_engine_id":  f.p.EngineID,
+		"remote_host":       f.p.KVHost,
+		"remote_port":       f.p.KVPort,
+		"remote_request_id": internal,
+		"tp_size":           1,
+	}
+	if f.vllm {
+		// vLLM ≥ 0.14 appends a random suffix the router cannot predict.
+		internal = fmt.Sprintf("%s-%08x", l.requestID, f.n)
+		blocks = [][]int{{f.n * 10, f.n*10 + 1, f.n*10 + 2}}
+		resp["remote_request_id"] = internal
+		resp["remote_block_ids"] = blocks
+		resp["tp_size"] = tp(f.p)
+		resp["remote_num_tokens"] = len(l.prompt)
+		resp["pp_size"] = 1
+		resp["dcp_size"] = 1
+		resp["transfer_mode"] = "pull"
+	}
+	raw := mustJSON(t, resp)
+	var decoded map[string]any
+	_ = json.Unmarshal(raw, &decoded)
+	f.exports[internal] = &export{prompt: l.prompt, blocks: decoded["remote_block_ids"], response: decoded, leg: l}
+	return raw
+}
+
+func (f *pullFake) decode(t testing.TB, l leg) {
+	t.Helper()
+	p := l.params
+	if !flag(p, "do_remote_prefill") {
+		t.Fatalf("%s decode: no do_remote_prefill in %v; it would recompute the prompt", f.name, p)
+	}
+	if flag(p, "do_remote_decode") {
+		t.Fatalf("%s decode: do_remote_decode and do_remote_prefill both true", f.name)
+	}
+	blocks, ok := p["remote_block_ids"].([]any)
+	if !ok {
+		t.Fatalf("%s decode: engine crashed: do_remote_prefill with remote_block_ids %v", f.name, p["remote_block_ids"])
+	}
+	host, _ := p["remote_host"].(string)
+	port, ok := p["remote_port"].(float64)
+	if !ok || port != float64(int(port)) {
+		t.Fatalf("%s decode: remote_port %v is not a port", f.name, p["remote_port"])
+	}
+	if addr := net.JoinHostPort(host, strconv.Itoa(int(port))); addr != kvAddr(f.p) {
+		t.Fatalf("%s decode: side channel %s: nothing listens there (the prefill is at %s)", f.name, addr, kvAddr(f.p))
+	}
+	if id, _ := p["remote_engine_id"].(string); id != f.p.EngineID {
+		t.Fatalf("%s decode: handshake with engine %q, but %s is engine %q", f.name, id, kvAddr(f.p), f.p.EngineID)
+	}
+	key, _ := p["remote_request_id"].(string)
+	e, ok := f.exports[key]
+	if !ok {
+		t.Fatalf("%s decode: the prefill has no KV under remote_request_id %q", f.name, key)
+	}
+	if e.imported {
+		t.Fatalf("%s decode: the KV under %q was already pulled", f.name, key)
+	}
+	if !reflect.DeepEqual(blocks, e.blocks) {
+		t.Fatalf("%s decode: remote_block_ids %v, the prefill exported %v", f.name, blocks, e.blocks)
+	}
+	if e.prompt != l.prompt {
+		t.Fatalf("%s decode: pulled the KV of %q for %q", f.name, e.prompt, l.prompt)
+	}
+	// NIXL wants the prefill's object verbatim: every key it returned, as
+	// it returned it, apart from the two flags.
+	for k, v := range e.response {
+		if k == "do_remote_prefill" || k == "do_remote_decode" {
+			continue
+		}
+		if !reflect.DeepEqual(p[k], v) {
+			t.Errorf("%s decode: %s is %v, the prefill returned %v", f.name, k, p[k], v)
+		}
+	}
+	e.imported = true
+}
+
+func (f *pullFake) settled(t testing.TB) { t.Helper(); settle(t, f.name, f.exports) }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,13 +68,11 @@ stages:
 
 func getHealth(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url + "/health")
+	req, err := http.NewRequest(http.MethodGet, url+"/health", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return roundTrip(t, req)
 }
 
 // Readiness means a request can succeed: engines that refuse omnipd's

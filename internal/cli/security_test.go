@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -190,6 +189,12 @@ func askCompletion(t *testing.T, url, key string) (int, string) {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	return roundTrip(t, req)
+}
+
+// roundTrip sends req and returns the answer's status and body.
+func roundTrip(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -207,22 +212,7 @@ func TestServeSecretAndAPIKey(t *testing.T) {
 	const secret = "deployment-s3cret"
 	prefill := securedWorker(t, `{"kv_connector":"ReferenceConnector","kv_role":"kv_producer","engine_id":"p0","kv_port":0}`, secret)
 	decode := securedWorker(t, `{"kv_connector":"ReferenceConnector","kv_role":"kv_consumer","engine_id":"d0"}`, secret)
-	cfg := filepath.Join(t.TempDir(), "deploy.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-pipeline: qwen3_omni_moe_thinker
-stages:
-  - stage_id: 0
-    is_prefill_only: true
-    endpoints: [%q]
-    kv_transfer_config: {kv_connector: ReferenceConnector, kv_role: kv_producer, engine_id: p0}
-  - stage_id: 1
-    is_decode_only: true
-    endpoints: [%q]
-    kv_transfer_config: {kv_connector: ReferenceConnector, kv_role: kv_consumer, engine_id: d0}
-`, prefill, decode)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeEndpointsConfig(t, prefill, decode)
 	secretFile := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)

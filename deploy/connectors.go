@@ -30,6 +30,13 @@ type kvConnectorSpec struct {
 	ip string
 	// env is added to both sides' env when absent.
 	env []param
+	// portsPerRank: each TP rank of an instance listens on this many ports
+	// counted from the instance's KV port (the engine adds its rank), so
+	// instances are spaced portsPerRank × TP apart; 0 counts up by one.
+	portsPerRank int
+	// notifyKey is a second per-instance port of kv_connector_extra_config
+	// (MoRIIO's notify_port), TP ports after the KV port.
+	notifyKey string
 }
 
 // Connectors that match a transfer by the request id string need vLLM to
@@ -50,8 +57,9 @@ var kvConnectorSpecs = []kvConnectorSpec{
 		basePort: 5600, decodeListens: true, portKey: "kv_port", bufferDevice: "cuda",
 	},
 	{
+		// The engine binds tcp://<VLLM_HOST_IP>:<kv_port + TP rank>.
 		name: "P2pNcclConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 21001, decodeListens: true, portKey: "kv_port",
+		basePort: 21001, decodeListens: true, portKey: "kv_port", portsPerRank: 1,
 		extra: []param{{"send_type", func() *Node { return newStr("PUT_ASYNC", Pos{}) }}},
 		env:   keepRequestIDs,
 	},
@@ -59,8 +67,20 @@ var kvConnectorSpecs = []kvConnectorSpec{
 		name: "LMCacheConnectorV1", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
 	},
 	{
+		// vLLM's MoRIIO (moriio_common.py MoRIIOConfig) reads handshake_port
+		// and notify_port (each TP rank adds its rank) and proxy_ip,
+		// proxy_ping_port and http_port without defaults. READ mode is
+		// routed sequentially, so a prefill that fails never leaves a decode
+		// waiting for writes. An empty proxy_ip keeps the engine from
+		// pinging a discovery proxy: omnipd routes from this config.
 		name: "MoRIIOConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 6301, decodeListens: true, portKey: "kv_port",
+		basePort: 6301, decodeListens: true, portKey: "handshake_port", portInExtra: true,
+		portsPerRank: 2, notifyKey: "notify_port",
+		extra: []param{
+			{"read_mode", func() *Node { return newBool(true, Pos{}) }},
+			{"proxy_ip", func() *Node { return newStr("", Pos{}) }},
+			{"proxy_ping_port", func() *Node { return newInt(0, Pos{}) }},
+		},
 		env: keepRequestIDs,
 	},
 	{
@@ -124,4 +144,37 @@ func (s *Stage) KVPortsChosen() bool {
 		}
 	}
 	return len(s.Replicas) > 0
+}
+
+// kvPortStride is how far apart PD expansion puts the KV ports of a stage's
+// instances: every TP rank's ports must be the instance's own.
+func kvPortStride(spec kvConnectorSpec, tp int) int {
+	if spec.portsPerRank == 0 {
+		return 1
+	}
+	return spec.portsPerRank * max(1, tp)
+}
+
+// MoRIIONotifyPort is the notify_port of MoRIIO replica r of stage s: the
+// stage's notify_port moved as far as the replica's handshake port is from
+// the stage's, or, when the config says none, TP ports after the
+// replica's handshake port (PD expansion's layout). 0 for other connectors.
+func MoRIIONotifyPort(s *Stage, r topology.Replica) int {
+	if s.KV == nil || s.KV.Connector != "MoRIIOConnector" || r.KVPort == 0 {
+		return 0
+	}
+	notify, base := extraInt(s.KV, "notify_port"), extraInt(s.KV, "handshake_port")
+	if notify == 0 || base == 0 {
+		return r.KVPort + max(1, s.TensorParallelSize)
+	}
+	return notify + r.KVPort - base
+}
+
+func extraInt(kv *KVConfig, key string) int {
+	if v := kv.ExtraConfig.Get(key); v != nil {
+		if n, err := strconv.Atoi(v.Value); err == nil {
+			return n
+		}
+	}
+	return 0
 }

@@ -33,6 +33,8 @@ type pdRequest struct {
 	minPrefillTokens int
 	prefillRetries   int
 	fallback         string
+	// Where min_prefill_tokens and fallback were written, for errors.
+	minPrefillNode, fallbackNode *Node
 }
 
 type pdRole struct {
@@ -87,6 +89,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 				}
 			case "min_prefill_tokens":
 				req.minPrefillTokens, _ = p.nonNegIntOf(v, fp)
+				req.minPrefillNode = v
 			case "prefill_retries":
 				req.prefillRetries, _ = p.nonNegIntOf(v, fp)
 			case "fallback":
@@ -95,6 +98,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 						p.errorf(v, fp, "want none or local, got %q", s)
 					} else if s == "local" {
 						req.fallback = s
+						req.fallbackNode = v
 					}
 				}
 			default:
@@ -176,6 +180,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 			return
 		}
 		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
+		p.decodeOnly(connector, req)
 		return
 	}
 	ti := slices.IndexFunc(doc.Stages, func(s *Stage) bool { return s.disaggregatable })
@@ -307,7 +312,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	prefillPort := firstNonZero(req.prefill.port, req.port, spec.basePort)
 	decodePort := 0
 	if spec.decodeListens {
-		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas)
+		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas*kvPortStride(spec, prefill.TensorParallelSize))
 	}
 	setReplicas(prefill, layout.Prefill, prefillPort, spec)
 	setReplicas(decode, layout.Decode, decodePort, spec)
@@ -332,6 +337,36 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	stages = append(stages, doc.Stages[ti+1:]...)
 	doc.Stages = stages
 	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
+	p.decodeOnly(spec.name, req)
+}
+
+// decodeOnlyHangs are the connectors whose decode engine cannot serve a
+// request no prefill ran for. Their consumers claim the prompt's KV on
+// every request whatever kv_transfer_params say (get_num_new_matched_tokens
+// returns len(prompt) - 1 without reading them): P2pNccl's recv_tensor then
+// waits forever for tensors nobody sends (p2p_nccl_connector.py,
+// p2p_nccl_engine.py), a MoRIIO WRITE decode waits for writes that never
+// come, and a MoRIIO READ decode computes on KV it never loaded
+// (moriio_connector.py).
+var decodeOnlyHangs = map[string]string{
+	"P2pNcclConnector": "a P2pNccl decode waits forever for KV no prefill sends",
+	"MoRIIOConnector":  "a MoRIIO decode claims KV no prefill made (WRITE mode waits for it forever, READ mode computes on blocks it never loaded)",
+}
+
+// decodeOnly refuses the pd: settings that send a request to the decode
+// without a prefill (min_prefill_tokens, fallback: local) for the
+// connectors whose decode cannot take one.
+func (p *problems) decodeOnly(connector string, req *pdRequest) {
+	why, ok := decodeOnlyHangs[connector]
+	if !ok {
+		return
+	}
+	if req.minPrefillTokens > 0 {
+		p.errorf(req.minPrefillNode, "pd.min_prefill_tokens", "%d sends short prompts to the decode alone, and %s; remove it, or use a connector whose decode can prefill (NixlConnector, MooncakeConnector)", req.minPrefillTokens, why)
+	}
+	if req.fallback == "local" {
+		p.errorf(req.fallbackNode, "pd.fallback", "local sends the request to the decode alone when the prefill failed, and %s; use none, or a connector whose decode can prefill (NixlConnector, MooncakeConnector)", why)
+	}
 }
 
 func firstNonZero(xs ...int) int {
@@ -366,7 +401,7 @@ func setReplicas(s *Stage, sets [][]int, basePort int, spec kvConnectorSpec) {
 			r.EngineID = fmt.Sprintf("%s-%d", s.KV.EngineID, i)
 		}
 		if basePort > 0 {
-			r.KVPort = basePort + i
+			r.KVPort = basePort + i*kvPortStride(spec, s.TensorParallelSize)
 		}
 	}
 	if basePort > 0 {
@@ -375,6 +410,9 @@ func setReplicas(s *Stage, sets [][]int, basePort int, spec kvConnectorSpec) {
 				s.KV.ExtraConfig = newMap(Pos{})
 			}
 			s.KV.ExtraConfig.Set(spec.portKey, newInt(basePort, Pos{}))
+			if spec.notifyKey != "" {
+				s.KV.ExtraConfig.Set(spec.notifyKey, newInt(basePort+max(1, s.TensorParallelSize), Pos{}))
+			}
 		} else {
 			s.KV.Port = basePort
 		}

@@ -41,8 +41,10 @@ var perPodEngineID = map[string]bool{"NixlConnector": true}
 // podAddressEnv are connector variables that must hold the pod's own
 // address, read from the downward API, rather than the address the
 // engine listens on: NIXL's side channel host is what the prefill puts
-// in remote_host for the decode pod to connect to.
-var podAddressEnv = map[string]bool{"VLLM_NIXL_SIDE_CHANNEL_HOST": true}
+// in remote_host for the decode pod to connect to. P2pNccl binds its
+// side channel on VLLM_HOST_IP, which must be an address of the pod (the
+// peer reaches it through the role Service omnipd names in the request id).
+var podAddressEnv = map[string]bool{"VLLM_NIXL_SIDE_CHANNEL_HOST": true, "VLLM_HOST_IP": true}
 
 // engineRole is one Thinker stage as a set of identical engine pods.
 type engineRole struct {

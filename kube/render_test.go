@@ -355,7 +355,7 @@ func checkEngine(t *testing.T, stage, cfgStage *deploy.Stage, pod corev1.PodTemp
 			if ok {
 				t.Errorf("stage %d: CUDA_VISIBLE_DEVICES=%q set; the device plugin chooses GPUs", stage.ID, e.Value)
 			}
-		case k == "VLLM_NIXL_SIDE_CHANNEL_HOST":
+		case k == "VLLM_NIXL_SIDE_CHANNEL_HOST", k == "VLLM_HOST_IP":
 			if !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
 				t.Errorf("stage %d: %s = %+v, want the pod IP", stage.ID, k, e)
 			}
@@ -409,6 +409,9 @@ func checkKVConfig(t *testing.T, stage, cfgStage *deploy.Stage, got, want string
 	if x, ok := w["kv_connector_extra_config"].(map[string]any); ok {
 		if _, ok := x["mooncake_bootstrap_port"]; ok {
 			x["mooncake_bootstrap_port"] = float64(stage.Replicas[0].KVPort)
+		}
+		if _, ok := x["http_port"]; ok {
+			x["http_port"] = float64(8000) // MoRIIO's: the pod's API port
 		}
 	}
 	w["engine_id"] = g["engine_id"]

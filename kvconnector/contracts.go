@@ -26,6 +26,9 @@ type contract struct {
 	prefill func(h Handoff) map[string]any
 	// rules are the keys the prefill response must carry, in report order.
 	rules []rule
+	// optional are keys the prefill response carries on some engine
+	// versions only (see Absent); when present they are checked like rules.
+	optional []rule
 	// decode says whether the decode leg carries kv_transfer_params at all.
 	decode bool
 	// seed is what the router knows from configuration for the decode leg;
@@ -73,6 +76,9 @@ func (c *contract) DecodeParams(h Handoff, prefillResponse any) (map[string]any,
 		return nil, nil
 	}
 	resp, err := checkResponse(c.name, c.rules, prefillResponse)
+	if err == nil {
+		err = checkOptional(c.name, c.optional, resp)
+	}
 	if err != nil {
 		return nil, err
 	}

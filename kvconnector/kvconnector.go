@@ -5,11 +5,14 @@
 // the X-Request-Id of each leg, and whether the two legs may be sent at the
 // same time.
 //
-// vllm-omni hard-codes one contract (NIXL's) and so refuses every decode whose
-// prefill response lacks remote_request_id — which is every Mooncake request,
-// because Mooncake's prefill returns null. Here each connector states its own
-// contract, and contracts are built by factories held in a Registry value
-// (never a global), so tests and embedders can add their own.
+// vllm-omni's router checks one contract (NIXL's) and needs remote_request_id
+// in every prefill response; vLLM's MooncakeConnector answers a prefill with
+// null, so vllm-omni patches the engine (vllm_omni/distributed/kv_transfer/
+// mooncake_pd_patch.py fills transfer_id, remote_request_id, remote_host and
+// remote_port into the producer's answer). omnipd drives stock engines: each
+// connector states its own contract — Mooncake's needs nothing from the
+// prefill's answer — and contracts are built by factories held in a Registry
+// value (never a global), so tests and embedders can add their own.
 //
 // The package is pure: it does no IO, starts no goroutines and reads no
 // clock. The orchestrator does the HTTP; this package only says what to send.
@@ -55,6 +58,9 @@ type Peer struct {
 	KVPort   int
 	HTTPAddr string // host:port of its HTTP API
 	TP       int    // tensor-parallel size; 0 means 1
+	// NotifyPort is a MoRIIO instance's notify_port; 0: KVPort + TP, the
+	// port PD expansion gives it.
+	NotifyPort int
 }
 
 // Handoff is one request's routing facts.

@@ -33,6 +33,7 @@ var testPrompts = [2]string{"prompt one", "prompt two"}
 type conformance struct {
 	connector  string
 	extra      map[string]any
+	shape      string // which engine version the fake behaves like, when several
 	fake       func(h Handoff) pairFake
 	name       string
 	dispatch   Dispatch
@@ -40,6 +41,9 @@ type conformance struct {
 	prefillIDs [2]string      // X-Request-Id of the first request: prefill, decode
 	prefill    map[string]any // exact prefill kv_transfer_params; nil: none
 	decode     map[string]any // exact decode kv_transfer_params in the exchange; nil: none
+	// ignoresResponse: a concurrent contract whose decode leg is sent before
+	// the prefill answers, so nothing the prefill says may change it.
+	ignoresResponse bool
 }
 
 func p2pID(h Handoff) string {
@@ -57,17 +61,44 @@ func conformanceCases() []conformance {
 		"tp_size": 2, "remote_num_tokens": 10, "pp_size": 1, "dcp_size": 1, "transfer_mode": "pull",
 	}
 	pullRequired := []string{"remote_block_ids", "remote_engine_id", "remote_request_id", "remote_host", "remote_port"}
+	// NIXL without remote_request_id: vLLM before NIXL connector version 2
+	// and llm-d's simulator; tp_size is the prefill's own.
+	nixlRequired := []string{"remote_block_ids", "remote_engine_id", "remote_host", "remote_port"}
+	nixlLegacyDecode := map[string]any{
+		"do_remote_prefill": true, "do_remote_decode": false,
+		"remote_block_ids": []any{10, 11, 12}, "remote_engine_id": "thinker-prefill-0",
+		"remote_host": "10.0.0.1", "remote_port": 21001, "tp_size": 2,
+	}
 	pushPrefill := map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": "xfer-req:42_x"}
 	pushDecode := map[string]any{
 		"do_remote_prefill": true, "do_remote_decode": false, "transfer_id": "xfer-req:42_x",
 		"remote_engine_id": "thinker-prefill-0", "remote_bootstrap_addr": "http://10.0.0.1:21001",
 	}
+	// MoRIIO's prefill is told where the decode listens (TP 4: handshake
+	// 22001-22004, notify 22005-22008) and reads the record keys by name.
+	moriioPrefill := map[string]any{
+		"do_remote_decode": true, "do_remote_prefill": false, "transfer_id": "xfer-req:42_x",
+		"remote_engine_id": nil, "remote_block_ids": nil, "remote_host": "10.0.0.2", "remote_port": 22001,
+		"remote_handshake_port": 22001, "remote_notify_port": 22005, "remote_dp_size": 1, "remote_tp_size": 4,
+	}
 	return []conformance{
 		{
 			connector: NixlConnector,
 			fake:      func(h Handoff) pairFake { return newPullFake("NIXL", h, true) },
-			name:      NixlConnector, dispatch: Sequential, required: pullRequired, prefillIDs: same,
+			name:      NixlConnector, dispatch: Sequential, required: nixlRequired, prefillIDs: same,
 			prefill: nixlPrefill, decode: nixlDecode,
+		},
+		{
+			connector: NixlConnector, shape: shapeVLLMLegacy.String(),
+			fake: func(h Handoff) pairFake { return newShapedPullFake("NIXL", h, shapeVLLMLegacy) },
+			name: NixlConnector, dispatch: Sequential, required: nixlRequired, prefillIDs: same,
+			prefill: nixlPrefill, decode: nixlLegacyDecode,
+		},
+		{
+			connector: NixlConnector, shape: shapeLLMDSim.String(),
+			fake: func(h Handoff) pairFake { return newShapedPullFake("NIXL", h, shapeLLMDSim) },
+			name: NixlConnector, dispatch: Sequential, required: nixlRequired, prefillIDs: same,
+			prefill: nixlPrefill, decode: nixlLegacyDecode,
 		},
 		{
 			connector: MooncakeConnector,
@@ -87,17 +118,27 @@ func conformanceCases() []conformance {
 		},
 		{
 			connector: MoRIIOConnector, extra: map[string]any{"read_mode": true, "handshake_port": 21001},
-			fake: func(h Handoff) pairFake { return newMoRIIOFake(h) },
+			fake: func(h Handoff) pairFake { return newMoRIIOFake(h, false) },
 			name: MoRIIOConnector, dispatch: Sequential, prefillIDs: same,
 			required: []string{"remote_block_ids", "remote_engine_id", "transfer_id"},
-			prefill: map[string]any{
-				"do_remote_decode": true, "transfer_id": "xfer-req:42_x", "remote_dp_size": 1, "remote_tp_size": 4,
-			},
+			prefill:  moriioPrefill,
 			decode: map[string]any{
 				"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids": []any{10, 11, 12},
-				"remote_engine_id": "10.0.0.1:21001", "remote_host": "10.0.0.1", "remote_handshake_port": 21001,
-				"remote_notify_port": 61005, "remote_dp_size": 1, "tp_size": 2, "transfer_id": "xfer-req:42_x",
-				"remote_dp_rank": 0,
+				"remote_engine_id": "10.0.0.1:21001", "remote_host": "10.0.0.1", "remote_port": 21001,
+				"remote_handshake_port": 21001, "remote_notify_port": 21003, "remote_dp_size": 1,
+				"tp_size": 2, "remote_tp_size": 2, "transfer_id": "xfer-req:42_x", "remote_dp_rank": 0,
+			},
+		},
+		{
+			connector: MoRIIOConnector, extra: map[string]any{"read_mode": false},
+			fake: func(h Handoff) pairFake { return newMoRIIOFake(h, true) },
+			name: MoRIIOConnector, dispatch: Concurrent, prefillIDs: same, ignoresResponse: true,
+			prefill: moriioPrefill,
+			decode: map[string]any{
+				"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids": nil,
+				"remote_engine_id": nil, "remote_host": "10.0.0.1", "remote_port": 21001,
+				"remote_handshake_port": 21001, "remote_notify_port": 21003, "remote_dp_size": 1,
+				"tp_size": 2, "remote_tp_size": 2, "transfer_id": "xfer-req:42_x", "remote_dp_rank": 0,
 			},
 		},
 		{
@@ -107,7 +148,7 @@ func conformanceCases() []conformance {
 				map[string]any{"kv_connector": "NixlConnector", "kv_role": "kv_both"},
 			}},
 			fake: func(h Handoff) pairFake { return newPullFake("NIXL", h, true) },
-			name: "MultiConnector(NixlConnector)", dispatch: Sequential, required: pullRequired, prefillIDs: same,
+			name: "MultiConnector(NixlConnector)", dispatch: Sequential, required: nixlRequired, prefillIDs: same,
 			prefill: nixlPrefill, decode: nixlDecode,
 		},
 		{
@@ -131,8 +172,17 @@ func conformanceCases() []conformance {
 }
 
 func caseName(c conformance) string {
+	if c.shape != "" {
+		return c.connector + "/" + c.shape
+	}
 	if h, ok := c.extra["handshake"].(string); ok {
 		return c.connector + "/" + h
+	}
+	if c.connector == MoRIIOConnector {
+		if moriioReadMode(c.extra["read_mode"]) {
+			return c.connector + "/read"
+		}
+		return c.connector + "/write"
 	}
 	return c.connector
 }
@@ -164,7 +214,16 @@ func validResponse(t *testing.T, c Contract, tc conformance) map[string]any {
 	t.Helper()
 	h := testHandoffs()[0]
 	f := tc.fake(h)
-	pid, _ := c.RequestIDs(h)
+	pid, did := c.RequestIDs(h)
+	if c.Dispatch() == Concurrent {
+		// The decode is sent first, as the exchange sends it; a WRITE-mode
+		// MoRIIO prefill needs the blocks it announces.
+		params, err := c.DecodeParams(h, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.decode(t, leg{requestID: did, params: wire(t, params), prompt: testPrompts[0]})
+	}
 	raw := f.prefill(t, leg{requestID: pid, params: wire(t, c.PrefillParams(h)), prompt: testPrompts[0]})
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -288,6 +347,24 @@ func runConformance(t *testing.T, c Contract, tc conformance) {
 			for _, resp := range []any{nil, map[string]any{"remote_block_ids": []any{1}}, []any{1}, "x"} {
 				if got, err := c.DecodeParams(h, resp); got != nil || err != nil {
 					t.Errorf("DecodeParams(%v) = %v, %v; want nil, nil", resp, got, err)
+				}
+			}
+		})
+		return
+	}
+
+	if tc.ignoresResponse {
+		t.Run("response-ignored", func(t *testing.T) {
+			want, err := c.DecodeParams(h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := validResponse(t, c, tc)
+			resp["remote_block_ids"] = []any{99.0}
+			resp["do_remote_decode"] = true
+			for _, in := range []any{resp, json.RawMessage(`[1]`), "x"} {
+				if got, err := c.DecodeParams(h, in); err != nil || !equalJSON(t, got, want) {
+					t.Errorf("DecodeParams(%v) = %s, %v; want %s whatever the prefill said", in, mustJSON(t, got), err, mustJSON(t, want))
 				}
 			}
 		})
@@ -438,13 +515,13 @@ func TestHandoffErrorNamesEveryProblem(t *testing.T) {
 	if !errors.As(err, &he) {
 		t.Fatalf("err = %v", err)
 	}
-	if want := []string{"remote_request_id", "remote_host"}; !slices.Equal(he.Missing, want) {
+	if want := []string{"remote_host"}; !slices.Equal(he.Missing, want) {
 		t.Errorf("Missing = %q, want %q", he.Missing, want)
 	}
 	if len(he.Invalid) != 3 {
 		t.Errorf("Invalid = %q, want remote_block_ids, remote_engine_id and remote_port", he.Invalid)
 	}
-	want := `invalid prefill handoff: NixlConnector prefill response: missing remote_request_id, remote_host: remote_block_ids: want a list of block ids, got a string: remote_engine_id: empty: remote_port: want a port number (1-65535), got 70000`
+	want := `invalid prefill handoff: NixlConnector prefill response: missing remote_host: remote_block_ids: want a list of block ids, got a string: remote_engine_id: empty: remote_port: want a port number (1-65535), got 70000`
 	if err.Error() != want {
 		t.Errorf("err = %q\nwant  %q", err, want)
 	}
@@ -584,16 +661,20 @@ func TestReferenceHandshake(t *testing.T) {
 	}
 }
 
-func TestMoRIIOReadMode(t *testing.T) {
+// TestMoRIIOMode: read_mode is read as vLLM reads it, and anything but a
+// true value is vLLM's default, WRITE mode, which omnipd routes too.
+func TestMoRIIOMode(t *testing.T) {
 	r := NewRegistry()
 	for _, v := range []any{true, "true", "True", " 1 ", 1.0, json.Number("1"), 1} {
-		if _, err := r.Lookup(MoRIIOConnector, map[string]any{"read_mode": v}); err != nil {
-			t.Errorf("read_mode %#v: %v", v, err)
+		c, err := r.Lookup(MoRIIOConnector, map[string]any{"read_mode": v})
+		if err != nil || c.Dispatch() != Sequential || len(c.Required()) == 0 {
+			t.Errorf("read_mode %#v: %v, %v; want READ (sequential, blocks required)", v, c, err)
 		}
 	}
 	for _, extra := range []map[string]any{nil, {"read_mode": false}, {"read_mode": "false"}, {"read_mode": 0.0}, {"read_mode": "yes"}} {
-		if _, err := r.Lookup(MoRIIOConnector, extra); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "read_mode") {
-			t.Errorf("%v: err = %v, want ErrInvalidConfig naming read_mode", extra, err)
+		c, err := r.Lookup(MoRIIOConnector, extra)
+		if err != nil || c.Dispatch() != Concurrent || c.Required() != nil {
+			t.Errorf("%v: %v, %v; want WRITE (concurrent, nothing required)", extra, c, err)
 		}
 	}
 }
@@ -621,7 +702,7 @@ func TestMultiConnector(t *testing.T) {
 		{"nested", []any{child("MultiConnector", map[string]any{"connectors": []any{child("NixlConnector", nil)}})}, "MultiConnector(MultiConnector(NixlConnector))", nil},
 		{"two pd children", []any{child("NixlConnector", nil), child("MooncakeConnector", nil)}, "", ErrInvalidConfig},
 		{"unknown child", []any{child("NoSuchConnector", nil)}, "", ErrUnknownConnector},
-		{"bad child config", []any{child("MoRIIOConnector", nil)}, "", ErrInvalidConfig},
+		{"bad child config", []any{child("ReferenceConnector", map[string]any{"handshake": "Push"})}, "", ErrInvalidConfig},
 		{"child not an object", []any{"NixlConnector"}, "", ErrInvalidConfig},
 		{"child without a name", []any{map[string]any{"kv_role": "kv_both"}}, "", ErrInvalidConfig},
 		{"child extra not an object", []any{map[string]any{"kv_connector": "NixlConnector", "kv_connector_extra_config": "x"}}, "", ErrInvalidConfig},

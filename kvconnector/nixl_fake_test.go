@@ -9,21 +9,53 @@ import (
 	"testing"
 )
 
+// pullShape is which engine a pullFake behaves like.
+type pullShape int
+
+const (
+	// shapeReference: omnipd's reference worker (worker/kv.go), which keys
+	// a pull by X-Request-Id and says so in remote_request_id.
+	shapeReference pullShape = iota
+	// shapeVLLM: vLLM's NixlConnector since remote_request_id (NIXL
+	// connector version 2, ahead of the 0.14 request-id randomization):
+	// randomized internal ids, block ids as a list per KV-cache group,
+	// newer keys the router does not know, and a decode that reads tp_size
+	// without a default (lease heartbeats, push mode).
+	shapeVLLM
+	// shapeVLLMLegacy: vLLM's NixlConnector before remote_request_id (NIXL
+	// connector version 1): internal ids are X-Request-Id as sent, and the
+	// decode notifies the prefill under its own request id.
+	shapeVLLMLegacy
+	// shapeLLMDSim: llm-d's inference simulator, which answers
+	// do_remote_prefill, remote_engine_id, remote_block_ids, remote_host,
+	// remote_port and tp_size, and nothing else.
+	shapeLLMDSim
+)
+
+func (s pullShape) String() string {
+	return [...]string{"reference", "vllm", "vllm-legacy", "llm-d-sim"}[s]
+}
+
 // pullFake is a NIXL-shaped pair: the prefill exports under its internal
 // request id and answers where the decode pulls from.
 type pullFake struct {
-	name string
-	p, d Peer
-	// vllm: behave like vLLM's NixlConnector (randomized internal ids, block
-	// ids as a list per KV-cache group, newer keys the router does not know).
-	// Otherwise behave like omnipd's reference worker (worker/kv.go).
-	vllm    bool
+	name    string
+	p, d    Peer
+	shape   pullShape
 	n       int
-	exports map[string]*export // by remote_request_id
+	exports map[string]*export // by the key the decode finds them under
 }
 
+// newPullFake is a vLLM-shaped pair (vllm) or a reference-worker pair.
 func newPullFake(name string, h Handoff, vllm bool) *pullFake {
-	return &pullFake{name: name, p: h.Prefill, d: h.Decode, vllm: vllm, exports: map[string]*export{}}
+	if vllm {
+		return newShapedPullFake(name, h, shapeVLLM)
+	}
+	return newShapedPullFake(name, h, shapeReference)
+}
+
+func newShapedPullFake(name string, h Handoff, shape pullShape) *pullFake {
+	return &pullFake{name: name, p: h.Prefill, d: h.Decode, shape: shape, exports: map[string]*export{}}
 }
 
 func (f *pullFake) prefill(t testing.TB, l leg) json.RawMessage {
@@ -44,7 +76,15 @@ func (f *pullFake) prefill(t testing.TB, l leg) json.RawMessage {
 		"remote_request_id": internal,
 		"tp_size":           1,
 	}
-	if f.vllm {
+	switch f.shape {
+	case shapeVLLMLegacy:
+		delete(resp, "remote_request_id")
+		resp["tp_size"] = tp(f.p)
+	case shapeLLMDSim:
+		delete(resp, "remote_request_id")
+		delete(resp, "do_remote_decode")
+		resp["tp_size"] = tp(f.p)
+	case shapeVLLM:
 		// vLLM ≥ 0.14 appends a random suffix the router cannot predict.
 		internal = fmt.Sprintf("%s-%08x", l.requestID, f.n)
 		blocks = [][]int{{f.n * 10, f.n*10 + 1, f.n*10 + 2}}
@@ -88,6 +128,18 @@ func (f *pullFake) decode(t testing.TB, l leg) {
 		t.Fatalf("%s decode: handshake with engine %q, but %s is engine %q", f.name, id, kvAddr(f.p), f.p.EngineID)
 	}
 	key, _ := p["remote_request_id"].(string)
+	switch f.shape {
+	case shapeVLLMLegacy, shapeLLMDSim:
+		// The decode notifies the prefill under its own request id.
+		key = l.requestID
+	case shapeVLLM:
+		// Lease heartbeats (and push mode) read tp_size without a default:
+		// without it the prefill frees the KV after kv_lease_duration while
+		// the decode still queues.
+		if n, ok := p["tp_size"].(float64); !ok || int(n) != tp(f.p) {
+			t.Fatalf("%s decode: tp_size %v; the prefill runs TP %d", f.name, p["tp_size"], tp(f.p))
+		}
+	}
 	e, ok := f.exports[key]
 	if !ok {
 		t.Fatalf("%s decode: the prefill has no KV under remote_request_id %q", f.name, key)

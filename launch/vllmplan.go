@@ -209,7 +209,7 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 		"--tensor-parallel-size", strconv.Itoa(max(1, s.TensorParallelSize)),
 	}
 	if s.KV != nil {
-		kv, err := kvTransferJSON(s.KV, r)
+		kv, err := kvTransferJSON(s, r, port)
 		if err != nil {
 			return VLLMCommand{}, fmt.Errorf("stage %d: kv_transfer_config: %w", s.ID, err)
 		}
@@ -243,8 +243,15 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 			if r.KVPort != 0 {
 				env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = strconv.Itoa(r.KVPort)
 			}
-		case "P2pNcclConnector", "MoRIIOConnector":
-			// They match a transfer by request id on both sides.
+		case "P2pNcclConnector":
+			// It matches a transfer by request id on both sides.
+			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+			// The engine binds tcp://<get_ip()>:<kv_port + rank>, and get_ip()
+			// is VLLM_HOST_IP or the primary interface's address; omnipd
+			// names kv_ip (127.0.0.1 when unset) in the request id, so the
+			// engine must listen there.
+			env["VLLM_HOST_IP"] = P2pNcclHost(s)
+		case "MoRIIOConnector":
 			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
 		}
 	}
@@ -255,9 +262,19 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 	return cmd, nil
 }
 
+// P2pNcclHost is the address omnipd encodes in a P2pNccl request id for an
+// instance of stage s: its kv_ip, or 127.0.0.1 (what omnipd serve uses).
+func P2pNcclHost(s *deploy.Stage) string {
+	if s.KV != nil && s.KV.IP != "" {
+		return s.KV.IP
+	}
+	return "127.0.0.1"
+}
+
 // kvTransferJSON is the --kv-transfer-config of one replica: the stage's
-// config with the replica's engine id and port.
-func kvTransferJSON(kv *deploy.KVConfig, r topology.Replica) (string, error) {
+// config with the replica's engine id and ports (httpPort is its API's).
+func kvTransferJSON(s *deploy.Stage, r topology.Replica, httpPort int) (string, error) {
+	kv := s.KV
 	n := &deploy.Node{Kind: deploy.KindMap}
 	n.Set("kv_connector", str(kv.Connector))
 	n.Set("kv_role", str(kv.Role))
@@ -294,12 +311,29 @@ func kvTransferJSON(kv *deploy.KVConfig, r topology.Replica) (string, error) {
 		n.Set("kv_load_failure_policy", str(kv.LoadFailurePolicy))
 	}
 	extra := kv.ExtraConfig.Clone()
-	if kv.Connector == "MooncakeConnector" && kv.Role != topology.KVConsumer && r.KVPort != 0 {
-		// Mooncake keeps the prefill's bootstrap port here.
+	if kv.Connector == "MooncakeConnector" && extra != nil {
+		// The deploy config keeps each prefill's bootstrap port under
+		// mooncake_bootstrap_port (omnipd serve reads it there), but vLLM's
+		// MooncakeConnector reads only VLLM_MOONCAKE_BOOTSTRAP_PORT
+		// (mooncake_utils.py get_mooncake_bootstrap_addr), which the
+		// instance's env carries; a copy here would mislead.
+		extra.Delete("mooncake_bootstrap_port")
+		if len(extra.Keys) == 0 {
+			extra = nil
+		}
+	}
+	if kv.Connector == "MoRIIOConnector" {
+		// MoRIIO reads its ports from here, each replica its own, and
+		// http_port with no default (it is what its discovery ping would
+		// announce).
 		if extra == nil {
 			extra = &deploy.Node{Kind: deploy.KindMap}
 		}
-		extra.Set("mooncake_bootstrap_port", integer(r.KVPort))
+		if r.KVPort != 0 {
+			extra.Set("handshake_port", integer(r.KVPort))
+			extra.Set("notify_port", integer(deploy.MoRIIONotifyPort(s, r)))
+		}
+		extra.Set("http_port", integer(httpPort))
 	}
 	if extra != nil {
 		n.Set("kv_connector_extra_config", extra)

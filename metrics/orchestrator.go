@@ -26,6 +26,9 @@ type Orchestrator struct {
 	queueFull  *prometheus.CounterVec
 	connsOpen  prometheus.Gauge
 	refused    *prometheus.CounterVec
+	// handoffWithout counts handoffs whose prefill answer lacked a key some
+	// engine versions send and others do not (NIXL's remote_request_id).
+	handoffWithout *prometheus.CounterVec
 }
 
 // StatusClientClosedRequest is the status omnipd_requests_total counts a
@@ -56,6 +59,9 @@ func NewOrchestrator() *Orchestrator {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "omnipd_prefill_retries_total", Help: "Prefill legs retried on another instance.",
 		}),
+		handoffWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_kv_handoff_without_key_total", Help: "PD handoffs whose prefill answer lacked a key only some engine versions send (NixlConnector's remote_request_id: vLLM before NIXL connector version 2, llm-d's simulator); the decode found the KV under its own request id.",
+		}, []string{"connector", "key"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "omnipd_pd_fallbacks_total", Help: "Requests the decode prefilled itself because every prefill attempt failed (pd.fallback: local).",
 		}),
@@ -75,7 +81,7 @@ func NewOrchestrator() *Orchestrator {
 			Name: "omnipd_http_connections_refused_total", Help: "Client connections refused at accept: reason per_ip (one client at its connection cap, answered 429) or total (the server at its cap, 503).",
 		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused)
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused, m.handoffWithout)
 	return m
 }
 
@@ -115,6 +121,13 @@ func (m *Orchestrator) RecordStreamTiming(ttft time.Duration, tokens int, total 
 func (m *Orchestrator) RecordHandoff(d time.Duration) {
 	if m != nil {
 		m.handoff.Observe(d.Seconds())
+	}
+}
+
+// RecordHandoffWithout counts a handoff whose prefill answer lacked key.
+func (m *Orchestrator) RecordHandoffWithout(connector, key string) {
+	if m != nil {
+		m.handoffWithout.WithLabelValues(connector, key).Inc()
 	}
 }
 

@@ -378,6 +378,13 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		o.track(o.cfg.Decode, dec, -1)
 		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}
 	}
+	for _, key := range kvconnector.Absent(c, params) {
+		// An engine older than the contract (NIXL before remote_request_id)
+		// or a simulator: the decode finds the KV under its own request id,
+		// which is the prefill's. Counted so that the version skew shows.
+		o.cfg.Metrics.RecordHandoffWithout(c.Name(), key)
+		log.Debug("the prefill's kv_transfer_params lack a key this engine version does without", "key", key)
+	}
 	if ctx.Err() != nil {
 		o.track(o.cfg.Decode, dec, -1)
 		// The client left between the legs: the prefill's KV is exported

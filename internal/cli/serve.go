@@ -272,6 +272,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			}
 			peer := kvconnector.Peer{EngineID: r.EngineID, KVPort: r.KVPort, HTTPAddr: strings.TrimPrefix(url, "http://"), TP: s.TensorParallelSize}
 			peer.KVHost = kvHost(s)
+			peer.NotifyPort = deploy.MoRIIONotifyPort(s, r)
 			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
 		}
 		if s.ModelStage != "thinker" {

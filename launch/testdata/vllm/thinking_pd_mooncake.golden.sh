@@ -39,7 +39,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --port 8100 \
   --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --tensor-parallel-size 2 \
-  --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_producer","engine_id":"thinker-prefill","kv_connector_extra_config":{"mooncake_bootstrap_port":8998}}' \
+  --kv-transfer-config '{"kv_connector":"MooncakeConnector","kv_role":"kv_producer","engine_id":"thinker-prefill"}' \
   --max-num-seqs 1 \
   --gpu-memory-utilization 0.9 \
   --enforce-eager \

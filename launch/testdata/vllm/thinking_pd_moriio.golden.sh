@@ -39,7 +39,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --port 8100 \
   --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --tensor-parallel-size 2 \
-  --kv-transfer-config '{"kv_connector":"MoRIIOConnector","kv_role":"kv_producer","engine_id":"thinker-prefill","kv_port":6301}' \
+  --kv-transfer-config '{"kv_connector":"MoRIIOConnector","kv_role":"kv_producer","engine_id":"thinker-prefill","kv_connector_extra_config":{"read_mode":true,"proxy_ip":"","proxy_ping_port":0,"handshake_port":6301,"notify_port":6303,"http_port":8100}}' \
   --max-num-seqs 1 \
   --gpu-memory-utilization 0.9 \
   --enforce-eager \
@@ -56,7 +56,7 @@ vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --port 8101 \
   --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --tensor-parallel-size 2 \
-  --kv-transfer-config '{"kv_connector":"MoRIIOConnector","kv_role":"kv_consumer","engine_id":"thinker-decode","kv_port":6302}' \
+  --kv-transfer-config '{"kv_connector":"MoRIIOConnector","kv_role":"kv_consumer","engine_id":"thinker-decode","kv_connector_extra_config":{"read_mode":true,"proxy_ip":"","proxy_ping_port":0,"handshake_port":6305,"notify_port":6307,"http_port":8101}}' \
   --max-num-seqs 1 \
   --gpu-memory-utilization 0.9 \
   --enforce-eager \
@@ -95,7 +95,12 @@ stages:
       kv_connector: MoRIIOConnector
       kv_role: kv_producer
       engine_id: thinker-prefill
-      kv_port: 6301
+      kv_connector_extra_config:
+        read_mode: true
+        proxy_ip: ""
+        proxy_ping_port: 0
+        handshake_port: 6301
+        notify_port: 6303
     input_connectors: {}
     output_connectors: {}
     default_sampling_params: {}
@@ -120,13 +125,18 @@ stages:
     replicas:
       - devices: 2,3
         engine_id: thinker-decode
-        kv_port: 6302
+        kv_port: 6305
         endpoint: http://127.0.0.1:8101
     kv_transfer_config:
       kv_connector: MoRIIOConnector
       kv_role: kv_consumer
       engine_id: thinker-decode
-      kv_port: 6302
+      kv_connector_extra_config:
+        read_mode: true
+        proxy_ip: ""
+        proxy_ping_port: 0
+        handshake_port: 6305
+        notify_port: 6307
     input_connectors: {}
     output_connectors: {}
     default_sampling_params:

@@ -34,6 +34,7 @@ failed() {
 VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=0,1 \
 VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1 \
+VLLM_HOST_IP=127.0.0.1 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
   --port 8100 \
@@ -51,12 +52,13 @@ started thinker-prefill-0 $! http://127.0.0.1:8100
 VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=2,3 \
 VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1 \
+VLLM_HOST_IP=127.0.0.1 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
   --port 8101 \
   --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --tensor-parallel-size 2 \
-  --kv-transfer-config '{"kv_connector":"P2pNcclConnector","kv_role":"kv_consumer","engine_id":"thinker-decode","kv_port":21002,"kv_connector_extra_config":{"send_type":"PUT_ASYNC"}}' \
+  --kv-transfer-config '{"kv_connector":"P2pNcclConnector","kv_role":"kv_consumer","engine_id":"thinker-decode","kv_port":21003,"kv_connector_extra_config":{"send_type":"PUT_ASYNC"}}' \
   --max-num-seqs 1 \
   --gpu-memory-utilization 0.9 \
   --enforce-eager \
@@ -122,13 +124,13 @@ stages:
     replicas:
       - devices: 2,3
         engine_id: thinker-decode
-        kv_port: 21002
+        kv_port: 21003
         endpoint: http://127.0.0.1:8101
     kv_transfer_config:
       kv_connector: P2pNcclConnector
       kv_role: kv_consumer
       engine_id: thinker-decode
-      kv_port: 21002
+      kv_port: 21003
       kv_connector_extra_config:
         send_type: PUT_ASYNC
     input_connectors: {}

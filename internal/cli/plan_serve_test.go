@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/kube"
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/topology"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// plannedConnectors are the vLLM KV connectors plan offers (--connector);
+// omnipd's reference connector is refused by plan on purpose.
+var plannedConnectors = []string{
+	kvconnector.NixlConnector,
+	kvconnector.MooncakeConnector,
+	kvconnector.P2pNcclConnector,
+	kvconnector.LMCacheConnectorV1,
+	kvconnector.MoRIIOConnector,
+}
+
+// What plan writes, serve must take as it is: an operator runs the plan's
+// script and then the omnipd serve --config it prints, with nothing to edit
+// in between. Each config is served for real — loaded the way serve
+// --config loads it, its prefill stage's contract looked up, the
+// orchestrator built and the API port bound — and serve is stopped once it
+// says it serves. The engines are not running; serve only warns of that.
+func TestPlanVLLMConfigIsServed(t *testing.T) {
+	for _, connector := range plannedConnectors {
+		t.Run(connector, func(t *testing.T) {
+			var script, errOut bytes.Buffer
+			flags := configFlags{pd: true, connector: connector}
+			// The instances' ports come from a free one, so that no engine of
+			// another test answers for them.
+			opts := launch.VLLMOptions{BasePort: freePort(t)}
+			if err := runPlan(fixtures+"qwen3_omni_moe_thinking.yaml", flags, opts, &script, &errOut); err != nil {
+				t.Fatalf("plan --target vllm --pd --connector %s: %v\n%s", connector, err, errOut.String())
+			}
+			cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+			if !ok {
+				t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+			}
+			wantServed(t, connector, cfg)
+		})
+	}
+}
+
+// The same for the omnipd config the Kubernetes plan puts in its ConfigMap,
+// which the orchestrator Deployment serves with serve --config.
+func TestPlanKubernetesConfigIsServed(t *testing.T) {
+	for _, connector := range plannedConnectors {
+		t.Run(connector, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			flags := configFlags{pd: true, connector: connector}
+			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
+				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, Workload: kube.WorkloadDisaggregatedSet,
+				Model: launch.DefaultVLLMModel}
+			if err := runPlanKube(fixtures+"qwen3_omni_moe_thinking.yaml", flags, kopts, &out, &errOut); err != nil {
+				t.Fatalf("plan --target kubernetes --pd --connector %s: %v\n%s", connector, err, errOut.String())
+			}
+			objs, err := kube.ReadYAML(strings.NewReader(out.String()))
+			if err != nil {
+				t.Fatalf("the plan does not decode into objects: %v", err)
+			}
+			var cfg []byte
+			for _, o := range objs {
+				if cm, ok := o.(*corev1.ConfigMap); ok && cm.Data[kube.ConfigKey] != "" {
+					cfg = []byte(cm.Data[kube.ConfigKey])
+				}
+			}
+			if cfg == nil {
+				t.Fatalf("the plan holds no ConfigMap with %s", kube.ConfigKey)
+			}
+			wantServed(t, connector, cfg)
+		})
+	}
+}
+
+// wantServed writes cfg where serve --config would read it and runs serve on
+// it until it says it serves, failing t with whatever serve refuses.
+func wantServed(t *testing.T, connector string, cfg []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), launch.VLLMConfigFile)
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// serve's own options for --config FILE with the default --pd.
+	var loadErr bytes.Buffer
+	doc, err := loadConfig(path, deploy.Options{PD: true}, &loadErr)
+	if err != nil {
+		t.Fatalf("serve --config refuses the planned config:\n%s\nconfig:\n%s", loadErr.String(), cfg)
+	}
+	prefill := stageOf(doc, topology.RolePrefill)
+	if prefill == nil || prefill.KV == nil {
+		t.Fatalf("the planned config has no prefill stage with a kv_transfer_config:\n%s", cfg)
+	}
+	if prefill.KV.Connector != connector {
+		t.Errorf("the planned prefill's kv_connector is %s, want %s", prefill.KV.Connector, connector)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &signalWriter{want: "omnipd serving", seen: make(chan struct{})}
+	var logs lockedBuffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- serve(ctx, doc, serveOptions{
+			host: "127.0.0.1", port: 0, drain: time.Second, model: launch.DefaultVLLMModel,
+			out: out, workerLog: io.Discard, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+	}()
+	select {
+	case <-out.seen:
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("serve stopped with %v", err)
+		}
+		if !strings.Contains(out.String(), connector) {
+			t.Errorf("serve does not say it routes over %s:\n%s", connector, out.String())
+		}
+	case err := <-errc:
+		t.Fatalf("serve --config refuses the config plan wrote for %s: %v\n%s%s\nconfig:\n%s", connector, err, out.String(), logs.String(), cfg)
+	}
+}
+
+func stageOf(doc *deploy.Document, role topology.Role) *deploy.Stage {
+	for _, s := range doc.Stages {
+		if s.ModelStage == "thinker" && s.Role == role {
+			return s
+		}
+	}
+	return nil
+}
+
+// heredoc returns the body of the script's `cat > NAME <<'EOF'` document.
+func heredoc(script, name string) ([]byte, bool) {
+	_, rest, ok := strings.Cut(script, "cat > "+name+" <<'EOF'\n")
+	if !ok {
+		return nil, false
+	}
+	body, _, ok := strings.Cut(rest, "\nEOF\n")
+	if !ok {
+		return nil, false
+	}
+	return []byte(body + "\n"), true
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// signalWriter closes seen the first time what was written holds want.
+type signalWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	want string
+	seen chan struct{}
+	done bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if !w.done && strings.Contains(w.b.String(), w.want) {
+		w.done = true
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

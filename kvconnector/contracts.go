@@ -37,9 +37,17 @@ type contract struct {
 	seed func(h Handoff) map[string]any
 	// requestIDs overrides the default of the one request id on both legs.
 	requestIDs func(h Handoff) (prefill, decode string)
+	// claimsEveryPrompt: the consumer loads remote KV for every request
+	// (PromptClaimer).
+	claimsEveryPrompt bool
 }
 
-var _ Contract = (*contract)(nil)
+var (
+	_ Contract      = (*contract)(nil)
+	_ PromptClaimer = (*contract)(nil)
+)
+
+func (c *contract) ClaimsEveryPrompt() bool { return c.claimsEveryPrompt }
 
 func (c *contract) Name() string       { return c.name }
 func (c *contract) Dispatch() Dispatch { return c.dispatch }

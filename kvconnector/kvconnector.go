@@ -119,6 +119,17 @@ type Releaser interface {
 	LeaseKey(h Handoff) string
 }
 
+// PromptClaimer is a Contract whose consumer claims every prompt's KV from
+// a remote producer, whatever the decode leg carries: P2pNccl and MoRIIO
+// decide to load in get_num_new_matched_tokens before they read
+// kv_transfer_params. Such a decode must never be sent without its prefill
+// (the decode-only path, pd.fallback: local): it would wait for KV nobody
+// sends.
+type PromptClaimer interface {
+	Contract
+	ClaimsEveryPrompt() bool
+}
+
 var (
 	// ErrInvalidHandoff: the prefill's response cannot be handed to the
 	// decode. Peers answer it with HTTP 502 (Dynamo's invalid_prefill_handoff).

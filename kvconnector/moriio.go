@@ -26,6 +26,9 @@ func moriio(extra map[string]any) (Contract, error) {
 	c := &contract{
 		name:     MoRIIOConnector,
 		dispatch: Sequential,
+		// moriio_connector.py get_num_new_matched_tokens: a consumer claims
+		// the prompt's KV for every request, in READ and WRITE mode.
+		claimsEveryPrompt: true,
 		prefill: func(h Handoff) map[string]any {
 			p := moriioPeer(h.Decode)
 			p["do_remote_decode"] = true

@@ -13,6 +13,9 @@ func p2pNccl(map[string]any) (Contract, error) {
 	return &contract{
 		name:     P2pNcclConnector,
 		dispatch: Sequential,
+		// p2p_nccl_connector.py get_num_new_matched_tokens: a consumer
+		// returns len(prompt) - 1 for every request.
+		claimsEveryPrompt: true,
 		requestIDs: func(h Handoff) (string, string) {
 			id := p2pNcclRequestID(h)
 			return id, id

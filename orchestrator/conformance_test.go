@@ -51,7 +51,7 @@ func connectorCases() []connectorCase {
 		{name: "LMCache-PD", connector: kvconnector.LMCacheConnectorV1, randomize: true,
 			extra: map[string]any{"lmcache.enable_pd": true, "lmcache.pd_role": "sender"},
 			model: func() engineModel { return lmcacheModel{pd: true} }},
-		{name: "MoRIIO-read", connector: kvconnector.MoRIIOConnector, extra: map[string]any{"read_mode": true},
+		{name: "MoRIIO-read", connector: kvconnector.MoRIIOConnector, extra: map[string]any{"read_mode": true}, alwaysClaims: true,
 			model: func() engineModel { return moriioModel{} }},
 		{name: "Multi-Nixl-LMCache", connector: kvconnector.MultiConnector, randomize: true,
 			extra: map[string]any{"connectors": []any{

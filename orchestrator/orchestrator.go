@@ -353,7 +353,7 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	}
 	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
 
-	if o.cfg.MinPrefillTokens > 0 && o.short(ctx, req, dec, log) {
+	if o.cfg.MinPrefillTokens > 0 && !claimsEveryPrompt(c) && o.short(ctx, req, dec, log) {
 		o.cfg.Metrics.RecordDecodeOnly()
 		return o.decodeOn(ctx, req, dec, h, nil, PathDecodeOnly, log)
 	}
@@ -428,12 +428,28 @@ func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance
 	if !o.cfg.FallbackLocal || ctx.Err() != nil || !errors.As(err, &oe) || oe.Status < 500 || !strings.HasPrefix(oe.Code, "prefill_") {
 		return nil, err
 	}
+	if claimsEveryPrompt(o.cfg.Contract) {
+		// This decode cannot prefill for itself: it would wait for ever for
+		// KV no prefill sends. Deploy configs refuse pd.fallback: local
+		// with such a connector; an embedder's config gets the prefill's
+		// failure, as without a fallback.
+		log.Warn("prefill failed; no local fallback: the connector's decode claims every prompt's KV", "connector", o.cfg.Contract.Name(), "err", err)
+		return nil, err
+	}
 	if err := o.admit(o.cfg.Decode, dec); err != nil {
 		return nil, err
 	}
 	o.cfg.Metrics.RecordFallback()
 	log.Warn("prefill failed; the decode prefills this request itself (pd.fallback: local)", "err", err)
 	return o.decodeOn(ctx, req, dec, h, nil, PathFallback, log)
+}
+
+// claimsEveryPrompt reports whether c's decode loads remote KV for every
+// request (kvconnector.PromptClaimer), so it must never go without its
+// prefill: pd.min_prefill_tokens and pd.fallback: local do not apply.
+func claimsEveryPrompt(c kvconnector.Contract) bool {
+	pc, ok := c.(kvconnector.PromptClaimer)
+	return ok && pc.ClaimsEveryPrompt()
 }
 
 // short reports whether the prompt is below pd.min_prefill_tokens. A cheap

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,6 +61,7 @@ import (
 
 // engineLeg is one call as the engine sees it.
 type engineLeg struct {
+	ctx        context.Context // the HTTP request's: done when omnipd drops the leg
 	xRequestID string
 	internalID string         // the engine's request id
 	params     map[string]any // kv_transfer_params; nil when none was sent
@@ -111,7 +113,7 @@ func (f *kvFabric) export(key string, e kvExport) {
 // await returns the export under key once it exists, waiting at most
 // bound for it (a concurrent decode may come first); nil when it never
 // came — where the real engine would wait for ever.
-func (f *kvFabric) await(key string, bound time.Duration) *kvExport {
+func (f *kvFabric) await(ctx context.Context, key string, bound time.Duration) *kvExport {
 	f.mu.Lock()
 	e := f.entry(key)
 	f.mu.Unlock()
@@ -121,6 +123,10 @@ func (f *kvFabric) await(key string, bound time.Duration) *kvExport {
 	case <-e.ready:
 		return e
 	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		// omnipd dropped the leg (its prefill failed): the engine would
+		// abort the request too.
 		return nil
 	}
 }
@@ -214,7 +220,7 @@ func (e *vllmEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"engine is loading","type":"ServiceUnavailable","code":503}}`, http.StatusServiceUnavailable)
 		return
 	}
-	l := engineLeg{xRequestID: r.Header.Get("X-Request-Id"), prompt: promptOf(body), body: body}
+	l := engineLeg{ctx: r.Context(), xRequestID: r.Header.Get("X-Request-Id"), prompt: promptOf(body), body: body}
 	if p, ok := body["kv_transfer_params"].(map[string]any); ok {
 		l.params = p
 	}
@@ -279,6 +285,11 @@ var decodeText = []string{"hel", "lo"}
 
 func (e *vllmEngine) serveDecode(w http.ResponseWriter, l engineLeg, chat bool) {
 	outcome, problem := e.model.decode(e, l)
+	if l.ctx.Err() != nil {
+		// omnipd dropped the leg before it ended (a concurrent decode whose
+		// prefill failed): the engine aborts it, and nobody reads an answer.
+		return
+	}
 	e.record(l, outcome, problem)
 	if problem != "" {
 		engineError(w, problem)
@@ -491,7 +502,7 @@ func (mooncakeModel) decode(e *vllmEngine, l engineLeg) (string, string) {
 		return "", e.problem("the bootstrap server knows no engine %v (it serves %q)", p["remote_engine_id"], e.other.EngineID)
 	}
 	id := p["transfer_id"].(string)
-	x := e.fabric.await(id, awaitBound)
+	x := e.fabric.await(l.ctx, id, awaitBound)
 	if x == nil {
 		return "", e.problem("would hang: waits for transfer %q that no prefill exports", id)
 	}
@@ -603,7 +614,11 @@ func (moriioModel) prefill(e *vllmEngine, l engineLeg) (map[string]any, string) 
 func (moriioModel) decode(e *vllmEngine, l engineLeg) (string, string) {
 	p := l.params
 	if !flagOf(p, "do_remote_prefill") {
-		return outcomeRecomputed, ""
+		// moriio_connector.py @6fbdff48, get_num_new_matched_tokens: a
+		// consumer counts len(prompt) - 1 tokens as external for every
+		// request, and update_state_after_alloc loads nothing without
+		// params: the decode computes on blocks it never filled.
+		return "", e.problem("would compute on KV never loaded: the consumer claims every prompt's KV, and no prefill made it")
 	}
 	for _, k := range []string{"remote_block_ids", "remote_engine_id", "transfer_id"} {
 		if _, ok := p[k]; !ok {

@@ -838,3 +838,31 @@ func FuzzDecodeParams(f *testing.F) {
 		}
 	})
 }
+
+// A MultiConnector whose PD child claims every prompt claims it too: vLLM
+// gives the request to that child, whatever the other children match.
+func TestMultiConnectorClaimsAsItsPDChild(t *testing.T) {
+	r := NewRegistry()
+	for _, tt := range []struct {
+		child string
+		extra map[string]any
+		want  bool
+	}{
+		{P2pNcclConnector, nil, true},
+		{MoRIIOConnector, map[string]any{"read_mode": true}, true},
+		{NixlConnector, nil, false},
+	} {
+		child := map[string]any{"kv_connector": tt.child}
+		if tt.extra != nil {
+			child["kv_connector_extra_config"] = tt.extra
+		}
+		c, err := r.Lookup(MultiConnector, map[string]any{"connectors": []any{child, map[string]any{"kv_connector": LMCacheConnectorV1}}})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.child, err)
+		}
+		pc, ok := c.(PromptClaimer)
+		if got := ok && pc.ClaimsEveryPrompt(); got != tt.want {
+			t.Errorf("MultiConnector(%s, LMCache) claims every prompt: %v, want %v", tt.child, got, tt.want)
+		}
+	}
+}

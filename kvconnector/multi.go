@@ -7,13 +7,27 @@ import (
 
 // multiContract is vLLM's MultiConnector as the router sees it: the contract
 // of its one PD child. vLLM hands every child the same kv_transfer_params and
-// lets at most one child return any, so the other children (typically an
-// LMCache offload tier) must be invisible to the router.
+// merges what the children return (a key two return is an error:
+// multi_connector.py _aggregate_request_finished, at 00f4240e), so the other
+// children (typically an LMCache offload tier) must be invisible to the
+// router.
 type multiContract struct {
 	Contract // the PD child
 }
 
-var _ Contract = multiContract{}
+var (
+	_ Contract      = multiContract{}
+	_ PromptClaimer = multiContract{}
+)
+
+// ClaimsEveryPrompt is the PD child's: vLLM's MultiConnector gives a
+// request to the first child that matches tokens for it
+// (multi_connector.py get_num_new_matched_tokens, at 00f4240e), so a child
+// that claims every prompt claims it inside a MultiConnector too.
+func (m multiContract) ClaimsEveryPrompt() bool {
+	pc, ok := m.Contract.(PromptClaimer)
+	return ok && pc.ClaimsEveryPrompt()
+}
 
 // Name names the PD child too, so that logs say which contract routed.
 func (m multiContract) Name() string {

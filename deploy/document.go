@@ -43,8 +43,11 @@ type Stage struct {
 	// Devices is the union of the replicas' devices.
 	Devices            []int
 	TensorParallelSize int
-	NumReplicas        int
-	Replicas           []topology.Replica
+	// DataParallelSize is engine_args.data_parallel_size (1 when unset):
+	// DP ranks behind one API server, TP × DP devices per instance.
+	DataParallelSize int
+	NumReplicas      int
+	Replicas         []topology.Replica
 	// Endpoints are base URLs of already-running engines (one per replica);
 	// omnipd does not start a stage that has them.
 	Endpoints []string
@@ -139,6 +142,7 @@ func (d *Document) Topology() *topology.Topology {
 			FinalOutput:           s.FinalOutput,
 			FinalOutputType:       s.FinalOutputType,
 			TensorParallelSize:    s.TensorParallelSize,
+			DataParallelSize:      s.DataParallelSize,
 			NumReplicas:           s.NumReplicas,
 			Devices:               append([]int(nil), s.Devices...),
 			DisaggregationCapable: s.disaggregatable,

@@ -832,6 +832,41 @@ stages:
 		line: 15, col: 23, path: "stages[1].kv_transfer_config.kv_buffer_size", code: topology.CodePDKVBufferSizeMismatch, msg: "differs from the prefill's",
 	},
 	{
+		// LMCache finds the KV by content on whichever rank the decode
+		// runs, but omnipd has no DP routing for it: refused where the size
+		// is written.
+		name: "data parallel PD stage over a connector without DP routing",
+		cfg: `
+stages:
+  - stage_id: 0
+    model_stage: thinker
+    is_prefill_only: true
+    devices: "0"
+    kv_transfer_config:
+      kv_connector: LMCacheConnectorV1
+      kv_role: kv_producer
+  - stage_id: 1
+    model_stage: thinker
+    is_decode_only: true
+    devices: "1,3"
+    engine_args:
+      data_parallel_size: 2
+    input_sources: [0]
+    kv_transfer_config:
+      kv_connector: LMCacheConnectorV1
+      kv_role: kv_consumer
+  - stage_id: 2
+    model_stage: talker
+    devices: "2"
+    input_sources: [1]
+  - stage_id: 3
+    model_stage: code2wav
+    devices: "2"
+    input_sources: [2]
+`,
+		line: 14, col: 27, path: "stages[1].data_parallel_size", code: topology.CodePDDataParallelUnroutable, msg: "data_parallel_size 2 on a decode stage over LMCacheConnectorV1",
+	},
+	{
 		name: "prefill and decode tensor parallel sizes differ",
 		cfg: `
 stages:
@@ -1096,6 +1131,8 @@ var unreachableCodes = map[string]struct{ why, loaderCase string }{
 		"is_prefill_only is not a boolean"},
 	topology.CodeTensorParallelSizeInvalid: {
 		"the loader rejects tensor_parallel_size < 1 and resolves the stage with 1", "tensor_parallel_size 0"},
+	topology.CodeDataParallelSizeInvalid: {
+		"the loader rejects data_parallel_size < 1 and resolves the stage with 1", "data_parallel_size 0"},
 	topology.CodeReplicaCountMismatch: {
 		"the loader checks replicas: against num_replicas itself; and resolves num_replicas to the list it has, so the topology never sees a mismatch",
 		"replicas list shorter than num_replicas"},
@@ -1429,6 +1466,18 @@ stages:
   - stage_id: 2
 `,
 		line: 3, col: 27, path: "stages[0].tensor_parallel_size", msg: "want at least 1, got 0",
+	},
+	{
+		name: "data_parallel_size 0",
+		cfg: `
+stages:
+  - stage_id: 0
+    engine_args:
+      data_parallel_size: 0
+  - stage_id: 1
+  - stage_id: 2
+`,
+		line: 4, col: 27, path: "stages[0].data_parallel_size", msg: "want at least 1, got 0",
 	},
 	{
 		name: "num_replicas 0",

@@ -262,7 +262,8 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 
 	// Devices: prefill replicas, then decode replicas, then one set the
 	// downstream stages share, from the pool in order.
-	tp := thinker.TensorParallelSize
+	// Devices per instance: a DP instance runs TP × DP ranks.
+	tp := thinker.TensorParallelSize * max(1, thinker.DataParallelSize)
 	downSize := 0
 	for _, s := range downstream {
 		downSize = max(downSize, s.TensorParallelSize*s.NumReplicas)

@@ -35,6 +35,7 @@ type rawStage struct {
 	finalType    string
 	devices      []int
 	tp           int
+	dp           int // data_parallel_size, also kept in engineArgs
 	numReplicas  int
 	replicas     []topology.Replica
 	hasReplicas  bool
@@ -254,6 +255,9 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 			r.devices, _ = p.devicesOf(v, fp)
 		case "tensor_parallel_size":
 			r.tp, _ = p.boundedIntOf(v, fp, topology.MaxDevices)
+		case "data_parallel_size":
+			r.dp, _ = p.boundedIntOf(v, fp, topology.MaxDevices)
+			r.engineArgs.Set(k.Value, v.Clone())
 		case "num_replicas":
 			r.numReplicas, _ = p.boundedIntOf(v, fp, maxReplicas)
 		case "replicas":
@@ -575,6 +579,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			}
 		}
 		s.TensorParallelSize = max(r.tp, 1)
+		s.DataParallelSize = max(r.dp, 1)
 		if r.tp == 0 && len(r.devices) > 0 && !r.hasReplicas {
 			// vllm-omni configs often set devices without
 			// tensor_parallel_size; TP defaults to 1 there too.
@@ -617,7 +622,7 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 		if s.NumReplicas == 0 {
 			s.NumReplicas = max(1, len(r.endpoints))
 		}
-		tp := s.TensorParallelSize
+		tp := s.TensorParallelSize * s.DataParallelSize
 		base := kvBasePort(s.KV)
 		for i := range s.NumReplicas {
 			var rep topology.Replica

@@ -65,6 +65,20 @@ type KVTransfer struct {
 	BufferSize string
 }
 
+// DataParallelConnectors are the KV connectors omnipd routes a
+// data-parallel PD stage for. Routing one means pinning each leg to a DP
+// rank (X-data-parallel-rank) and addressing the prefill rank's engine id
+// (<engine_id>_dp<rank>) and ports; omnipd does neither yet, so the list is
+// empty and every PD stage with data_parallel_size > 1 is refused rather
+// than served with handoffs that name an engine id no rank answers to.
+var DataParallelConnectors []string
+
+// DevicesPerInstance is how many accelerators one instance of s uses: its
+// TP ranks times its DP ranks.
+func (s *Stage) DevicesPerInstance() int {
+	return s.TensorParallelSize * max(1, s.DataParallelSize)
+}
+
 // Replica is one running instance of a stage.
 type Replica struct {
 	// Devices are the accelerator ids this instance uses; len == TensorParallelSize.
@@ -89,7 +103,10 @@ type Stage struct {
 	// FinalOutputType is "text", "audio" or "image" when FinalOutput is set.
 	FinalOutputType    string
 	TensorParallelSize int
-	NumReplicas        int
+	// DataParallelSize is engine_args.data_parallel_size: the DP ranks one
+	// instance runs behind its one API server. 0 means 1.
+	DataParallelSize int
+	NumReplicas      int
 	// Devices is the union of the replicas' devices, in order.
 	Devices  []int
 	Replicas []Replica

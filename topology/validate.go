@@ -77,6 +77,8 @@ const (
 
 	// CodeTensorParallelSizeInvalid: tensor_parallel_size below one.
 	CodeTensorParallelSizeInvalid = "tensor-parallel-size-invalid"
+	// CodeDataParallelSizeInvalid: data_parallel_size below zero (0 means 1).
+	CodeDataParallelSizeInvalid = "data-parallel-size-invalid"
 	// CodeNumReplicasInvalid: num_replicas below one.
 	CodeNumReplicasInvalid = "num-replicas-invalid"
 	// CodeReplicaCountMismatch: the number of resolved replicas differs from num_replicas.
@@ -135,6 +137,9 @@ const (
 	CodePDKVBufferDeviceMismatch = "pd-kv-buffer-device-mismatch"
 	// CodePDKVBufferSizeMismatch: prefill and decode set different kv_buffer_size.
 	CodePDKVBufferSizeMismatch = "pd-kv-buffer-size-mismatch"
+	// CodePDDataParallelUnroutable: a prefill or decode stage runs
+	// data_parallel_size > 1 over a KV connector omnipd cannot route DP ranks for.
+	CodePDDataParallelUnroutable = "pd-data-parallel-unroutable"
 	// CodePDTensorParallelMismatch: prefill and decode differ in tensor_parallel_size.
 	CodePDTensorParallelMismatch = "pd-tensor-parallel-mismatch"
 	// CodePDDevicesOverlap: prefill and decode share devices.
@@ -220,6 +225,9 @@ func (v *validator) stage(i int) {
 	if s.TensorParallelSize < 1 {
 		v.add(i, "tensor_parallel_size", CodeTensorParallelSizeInvalid, "tensor_parallel_size %d is below 1", s.TensorParallelSize)
 	}
+	if s.DataParallelSize < 0 {
+		v.add(i, "data_parallel_size", CodeDataParallelSizeInvalid, "data_parallel_size %d is below 1", s.DataParallelSize)
+	}
 	if s.NumReplicas < 1 {
 		v.add(i, "num_replicas", CodeNumReplicasInvalid, "num_replicas %d is below 1", s.NumReplicas)
 	} else if len(s.Replicas) != s.NumReplicas {
@@ -303,9 +311,14 @@ func (v *validator) devices(i int, s *Stage) {
 		// Without a per-replica split, the stage list must cover every
 		// replica on devices of its own.
 		n := max(s.NumReplicas, len(s.Replicas), 1)
-		if s.TensorParallelSize >= 1 && len(s.Devices) != s.TensorParallelSize*n {
+		switch per := s.DevicesPerInstance(); {
+		case s.TensorParallelSize < 1 || len(s.Devices) == per*n:
+		case s.DataParallelSize > 1:
+			v.add(i, "devices", CodeDevicesCountMismatch, "%s for %d replica(s) of tensor_parallel_size %d × data_parallel_size %d; want %d devices, one per rank of each replica",
+				devs(s.Devices), n, s.TensorParallelSize, s.DataParallelSize, per*n)
+		default:
 			v.add(i, "devices", CodeDevicesCountMismatch, "%s for %d replica(s) of tensor_parallel_size %d; want %d devices, one per rank of each replica",
-				devs(s.Devices), n, s.TensorParallelSize, s.TensorParallelSize*n)
+				devs(s.Devices), n, s.TensorParallelSize, per*n)
 		}
 		v.deviceIDs(i, "devices", s.Devices)
 		return
@@ -313,7 +326,12 @@ func (v *validator) devices(i int, s *Stage) {
 	owner := map[int]int{} // device -> first replica using it
 	for r, rep := range s.Replicas {
 		field := fmt.Sprintf("replicas[%d].devices", r)
-		if s.TensorParallelSize >= 1 && len(rep.Devices) != s.TensorParallelSize {
+		switch per := s.DevicesPerInstance(); {
+		case s.TensorParallelSize < 1 || len(rep.Devices) == per:
+		case s.DataParallelSize > 1:
+			v.add(i, field, CodeDevicesCountMismatch, "%s for tensor_parallel_size %d × data_parallel_size %d; a replica needs exactly one device per rank (%d)",
+				devs(rep.Devices), s.TensorParallelSize, s.DataParallelSize, per)
+		default:
 			v.add(i, field, CodeDevicesCountMismatch, "%s for tensor_parallel_size %d; a replica needs exactly one device per tensor-parallel rank",
 				devs(rep.Devices), s.TensorParallelSize)
 		}
@@ -569,6 +587,11 @@ func (v *validator) disaggregation() {
 			v.add(i, "kv_transfer_config.kv_role", CodePDPrefillKVRole, "%q on a prefill stage; want kv_producer or kv_both", s.KV.Role)
 		case s.Role == RoleDecode && s.KV.Role == KVProducer:
 			v.add(i, "kv_transfer_config.kv_role", CodePDDecodeKVRole, "%q on a decode stage; want kv_consumer or kv_both", s.KV.Role)
+		}
+		if c := s.KV.Connector; s.DataParallelSize > 1 && c != "" && !slices.Contains(DataParallelConnectors, c) {
+			v.add(i, "data_parallel_size", CodePDDataParallelUnroutable,
+				"data_parallel_size %d on a %s stage over %s: omnipd cannot pin its legs to DP ranks for that connector; use one of %s, or run the ranks as replicas (num_replicas) with data_parallel_size 1",
+				s.DataParallelSize, s.Role, c, strings.Join(DataParallelConnectors, ", "))
 		}
 		if c := s.KV.Connector; c != "" && !slices.Contains(KnownConnectors, c) && !seenUnknown[c] {
 			seenUnknown[c] = true

@@ -1,0 +1,61 @@
+package deploy_test
+
+import (
+	"testing"
+
+	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/topology"
+)
+
+// dpThinkerConfig is the 3-stage layout with a Thinker of two DP ranks
+// behind one API server (devices 0 and 1, TP 1 each).
+const dpThinkerConfig = `
+stages:
+  - stage_id: 0
+    model_stage: thinker
+    devices: "0,1"
+    engine_args:
+      data_parallel_size: 2
+  - stage_id: 1
+    model_stage: talker
+    devices: "2"
+    input_sources: [0]
+  - stage_id: 2
+    model_stage: code2wav
+    devices: "2"
+    input_sources: [1]
+`
+
+func TestLoadDataParallel(t *testing.T) {
+	t.Run("colocated Thinker", func(t *testing.T) {
+		doc, _, errs := loadInline(t, dpThinkerConfig, deploy.Options{})
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		th := doc.Stages[0]
+		if th.DataParallelSize != 2 || len(th.Replicas) != 1 || len(th.Replicas[0].Devices) != 2 {
+			t.Fatalf("thinker: data_parallel_size %d, replicas %+v; want 2 and one replica on both devices", th.DataParallelSize, th.Replicas)
+		}
+		if got := doc.Topology().Stages[0].DataParallelSize; got != 2 {
+			t.Errorf("topology data_parallel_size %d, want 2", got)
+		}
+	})
+	// PD expansion copies the size to both halves; each is refused at the
+	// line the user wrote it on.
+	t.Run("expanded with --pd", func(t *testing.T) {
+		for _, conn := range []string{"NixlConnector", "MooncakeConnector", "P2pNcclConnector"} {
+			t.Run(conn, func(t *testing.T) {
+				_, _, errs := loadInline(t, dpThinkerConfig, deploy.Options{PD: true, Connector: conn})
+				if len(errs) != 2 {
+					t.Fatalf("got %d errors, want one per PD stage:\n%v", len(errs), errs)
+				}
+				for i, e := range errs {
+					want := deploy.Pos{File: "deploy.yaml", Line: 6, Col: 27}
+					if e.Code != topology.CodePDDataParallelUnroutable || e.Pos != want {
+						t.Errorf("error %d: %v (code %q, at %s); want %s at %s", i, e, e.Code, e.Pos, topology.CodePDDataParallelUnroutable, want)
+					}
+				}
+			})
+		}
+	})
+}

@@ -117,6 +117,18 @@ func conformanceCases() []conformance {
 			name:      LMCacheConnectorV1, dispatch: Sequential, prefillIDs: same,
 		},
 		{
+			// LMCache PD mode, selected by LMCache's enable_pd key given as a
+			// kv_connector_extra_config override.
+			connector: LMCacheConnectorV1, shape: "pd",
+			extra: map[string]any{"lmcache.enable_pd": true, "lmcache.pd_role": "sender"},
+			fake:  func(h Handoff) pairFake { return newLMCachePDFake(h) },
+			name:  LMCacheConnectorV1, dispatch: Sequential, prefillIDs: same,
+			prefill: map[string]any{"ret_first_tok": true, "disagg_spec": map[string]any{
+				"req_id": "xfer-req:42_x", "receiver_host": "10.0.0.2",
+				"receiver_init_port": []any{22001, 22002, 22003, 22004}, "receiver_alloc_port": []any{22005, 22006, 22007, 22008},
+			}},
+		},
+		{
 			connector: MoRIIOConnector, extra: map[string]any{"read_mode": true, "handshake_port": 21001},
 			fake: func(h Handoff) pairFake { return newMoRIIOFake(h, false) },
 			name: MoRIIOConnector, dispatch: Sequential, prefillIDs: same,

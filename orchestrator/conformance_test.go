@@ -47,7 +47,9 @@ func connectorCases() []connectorCase {
 		{name: "LMCache-storage", connector: kvconnector.LMCacheConnectorV1, randomize: true,
 			model: func() engineModel { return lmcacheModel{} }},
 		// LMCache's PD mode is set in LMCache's own config; its
-		// kv_connector_extra_config overrides are keys prefixed "lmcache.".
+		// kv_connector_extra_config overrides are keys prefixed "lmcache."
+		// (LMCache vllm_v1_adapter.py _apply_extra_config), which is where
+		// the contract reads enable_pd and PD expansion writes it.
 		{name: "LMCache-PD", connector: kvconnector.LMCacheConnectorV1, randomize: true,
 			extra: map[string]any{"lmcache.enable_pd": true, "lmcache.pd_role": "sender"},
 			model: func() engineModel { return lmcacheModel{pd: true} }},
@@ -105,6 +107,15 @@ func newPair(t *testing.T, c connectorCase, scenario string) *pair {
 	}
 	cfg := Config{Prefill: pool(pre, "thinker-prefill"), Decode: pool(dec, "thinker-decode"), Contract: contract,
 		Logger: slog.New(slog.DiscardHandler)}
+	if _, ok := contract.(kvconnector.DoneNotifier); ok {
+		board := &noticeBoard{}
+		cfg.KVReady, pre.notices, dec.notices = board, board, board
+		t.Cleanup(func() {
+			if n := board.Pending(); n != 0 {
+				t.Errorf("the router still holds %d done-notice ids after the request", n)
+			}
+		})
+	}
 	switch scenario {
 	case scenarioDecodeOnly:
 		cfg.MinPrefillTokens = 1 << 20

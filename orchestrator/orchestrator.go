@@ -80,6 +80,7 @@ type Instance struct {
 
 	inflight     atomic.Int64
 	ejectedUntil atomic.Int64 // unix nanoseconds
+	rel          releaseCache // its vLLM release (claim.go)
 }
 
 // Pool is a stage's instances.
@@ -130,7 +131,10 @@ func (in *Instance) eject(now time.Time) {
 }
 
 func (in *Instance) ok() {
-	in.ejectedUntil.Store(0)
+	if in.ejectedUntil.Swap(0) != 0 {
+		// Back from an ejection: it may have restarted as another release.
+		in.rel.forget()
+	}
 }
 
 // Config wires an orchestrator. The zero Contract means the Thinker is
@@ -158,6 +162,10 @@ type Config struct {
 	// attempt failed, instead of failing the request. Counted and logged.
 	FallbackLocal bool
 	Metrics       *metrics.Orchestrator
+	// KVReady receives the done notices of a connector whose producer
+	// announces each transfer out of band (kvconnector.DoneNotifier:
+	// LMCache PD mode). Required with such a contract.
+	KVReady KVReady
 	// Omni, when set, serves audio through the Talker and Code2Wav.
 	Omni   *Omni
 	Logger *slog.Logger
@@ -180,6 +188,10 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.Contract != nil && (cfg.Prefill == nil || len(cfg.Prefill.Instances) == 0) {
 		return nil, errors.New("orchestrator: a KV connector but no prefill instances")
+	}
+	if _, ok := cfg.Contract.(kvconnector.DoneNotifier); ok && cfg.KVReady == nil {
+		// Without the notices the decode would be sent before its KV landed.
+		return nil, fmt.Errorf("orchestrator: %s announces transfers out of band and nothing receives the notices", cfg.Contract.Name())
 	}
 	if cfg.PrefillTimeout <= 0 {
 		cfg.PrefillTimeout = 60 * time.Second
@@ -391,9 +403,13 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 		// and nobody would claim it before its lease runs out. Release it,
 		// or let the decode claim it and stop, as vLLM deployments must.
 		if !o.releaseKV(pre, h, log) {
-			o.claimAndDrop(req, dec, h, params, log)
+			o.claimAndDrop(req, dec, h, params, claimAbandoned, log)
 		}
 		return nil, ctx.Err()
+	}
+	if err := o.awaitKV(ctx, h); err != nil {
+		o.track(o.cfg.Decode, dec, -1)
+		return nil, err
 	}
 	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
 	if err != nil && o.releaseKV(pre, h, log) {
@@ -405,13 +421,43 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	if rejected(err) {
 		// The decode refused what the prefill accepted (a max_tokens past
 		// its context, say) before importing: the exported KV would wait
-		// out its lease. Claim it with a leg shaped like the prefill's.
-		o.claimAndDrop(req, dec, h, params, log)
+		// out its lease, unless the decode's release frees it (claim.go).
+		// Claim it with a leg shaped like the prefill's.
+		o.claimAndDrop(req, dec, h, params, claimRejected, log)
 	}
 	if err == nil && res.Stream != nil {
 		o.cfg.Metrics.RecordHandoff(o.now().Sub(handedOver))
 	}
 	return res, err
+}
+
+// KVReady waits for a producer's out-of-band done notices.
+type KVReady interface {
+	// Await returns once n notices under key have arrived (counting those
+	// that came before the call), or with ctx's error.
+	Await(ctx context.Context, key string, n int) error
+}
+
+// awaitKV holds the decode leg until the producer said its KV has landed,
+// for contracts that say so out of band (LMCache PD: the receiver exposes
+// chunks before they are written, so an early decode reads garbage or
+// recomputes). Bounded by PrefillTimeout: a sender whose push failed never
+// notifies, and the client must not hang on it.
+func (o *Orchestrator) awaitKV(ctx context.Context, h kvconnector.Handoff) error {
+	dn, ok := o.cfg.Contract.(kvconnector.DoneNotifier)
+	if !ok {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
+	defer cancel()
+	err := o.cfg.KVReady.Await(wctx, dn.DoneKey(h), dn.DoneCount(h))
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return &Error{Status: 504, Code: "prefill_upstream_timeout", Msg: "the prefill did not report its KV transfer done in time", Cause: err}
 }
 
 // rejected reports a decode leg the decode refused as a bad request.
@@ -503,7 +549,8 @@ func (o *Orchestrator) short(ctx context.Context, req *Request, dec *Instance, l
 // client, so that the decode imports (and so frees) the exported KV. The leg
 // is shaped like the prefill's — one token, one choice, nothing that ends it
 // early — so a decode that would take the prefill's request takes it.
-func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.Handoff, params map[string]any, log *slog.Logger) {
+// Unless the decode's engine frees the KV itself for this cause (claimWanted).
+func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.Handoff, params map[string]any, cause claimCause, log *slog.Logger) {
 	one := 1
 	drop := *req
 	drop.keep = nil // nobody will fetch this leg's conditioning
@@ -525,8 +572,12 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 	// holds, and refusing it would leave that KV to its lease.
 	o.track(o.cfg.Decode, dec, +1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), claimDeadline)
 		defer cancel()
+		if !o.claimWanted(ctx, dec, cause, log) {
+			o.track(o.cfg.Decode, dec, -1)
+			return
+		}
 		if res, err := o.decodeOn(ctx, &drop, dec, h, params, PathDisaggregated, log); err != nil {
 			log.Warn("could not hand back the KV of a request that will not use it; it is freed when its lease expires", "err", err)
 		} else {
@@ -646,7 +697,7 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 		}
 		if prefillErr == nil && rejected(err) && !released {
 			// The prefill exported before the decode refused: claim it.
-			o.claimAndDrop(req, dec, h, params, log)
+			o.claimAndDrop(req, dec, h, params, claimRejected, log)
 		}
 		return nil, false, err
 	}

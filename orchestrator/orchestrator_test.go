@@ -27,6 +27,10 @@ type fakeStage struct {
 }
 
 func (f *fakeStage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/version" {
+		http.NotFound(w, r) // a reference worker does not say its release
+		return
+	}
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/kvnotice"
 )
 
 // HTTP protocol fakes of vllm serve engines with a KV connector, as the
@@ -78,6 +79,9 @@ type kvExport struct {
 	ready      chan struct{}  // closed once exported
 	exported   bool
 	imported   bool
+	// freed: the prefill freed the blocks because the decode it was for
+	// refused the request (vLLM ≥ 0.21; claim_test.go).
+	freed bool
 }
 
 // kvFabric is the data path between one prefill engine and one decode
@@ -168,6 +172,16 @@ type vllmEngine struct {
 	randomize bool
 	// unavailable answers every leg 503, as an engine that is loading does.
 	unavailable bool
+	// version is what GET /version answers ("": 404, as a reference
+	// worker or a proxy does).
+	version string
+	// rejects, when set, picks the decode legs the engine refuses with 400
+	// before admission, as vLLM's frontend refuses a max_tokens past the
+	// context (claim_test.go).
+	rejects func(engineLeg) bool
+	// notices receives the done notices a sender pushes out of band
+	// (LMCache PD mode), where omnipd serve's kvnotice.Listener would.
+	notices *noticeBoard
 
 	mu       sync.Mutex
 	legs     []engineLeg
@@ -199,6 +213,10 @@ func (e *vllmEngine) snapshot() (legs []engineLeg, outcomes, problems []string) 
 }
 
 func (e *vllmEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/version" {
+		e.serveVersion(w)
+		return
+	}
 	raw, _ := io.ReadAll(r.Body)
 	var body map[string]any
 	if err := json.Unmarshal(raw, &body); err != nil {
@@ -284,6 +302,10 @@ func (e *vllmEngine) servePrefill(w http.ResponseWriter, l engineLeg, chat bool)
 var decodeText = []string{"hel", "lo"}
 
 func (e *vllmEngine) serveDecode(w http.ResponseWriter, l engineLeg, chat bool) {
+	if e.rejects != nil && e.rejects(l) {
+		e.reject(w, l)
+		return
+	}
 	outcome, problem := e.model.decode(e, l)
 	if l.ctx.Err() != nil {
 		// omnipd dropped the leg before it ended (a concurrent decode whose
@@ -457,6 +479,9 @@ func (m nixlModel) decode(e *vllmEngine, l engineLeg) (string, string) {
 	if x == nil {
 		return "", e.problem("KV load failed: the prefill holds no blocks for request %q", key)
 	}
+	if x.freed {
+		return "", e.problem("reads blocks %v of request %q that the prefill freed when the decode refused it", x.blocks, key)
+	}
 	if !reflect.DeepEqual(p["remote_block_ids"], x.blocks) || x.prompt != l.prompt {
 		return "", e.problem("pulled blocks %v of %q for %q; the prefill exported %v", p["remote_block_ids"], x.prompt, l.prompt, x.blocks)
 	}
@@ -505,6 +530,9 @@ func (mooncakeModel) decode(e *vllmEngine, l engineLeg) (string, string) {
 	x := e.fabric.await(l.ctx, id, awaitBound)
 	if x == nil {
 		return "", e.problem("would hang: waits for transfer %q that no prefill exports", id)
+	}
+	if x.freed {
+		return "", e.problem("would hang: waits for transfer %q that the prefill released when the decode refused it", id)
 	}
 	if x.prompt != l.prompt {
 		return "", e.problem("transfer %q carries the KV of %q, not %q", id, x.prompt, l.prompt)
@@ -570,13 +598,43 @@ func (m lmcacheModel) prefill(e *vllmEngine, l engineLeg) (map[string]any, strin
 	if spec["receiver_host"] != e.other.KVHost {
 		return nil, e.problem("disagg_spec receiver_host %v, the decoder is at %s", spec["receiver_host"], e.other.KVHost)
 	}
-	e.fabric.export("content:"+l.prompt, kvExport{prompt: l.prompt})
+	reqID, _ := spec["req_id"].(string)
+	if reqID == "" || e.notices == nil {
+		return nil, e.problem("disagg_spec req_id %v: no done notice could reach the router", spec["req_id"])
+	}
+	// LMCache's default PD backend (pd_backend_mode async) writes the KV
+	// after the step that answers the request: the receiver has the room
+	// registered (the key is visible) but not the data until the sender's
+	// write ends, after which it pushes one notice per receiver TP rank.
+	key := "content:" + l.prompt
+	e.fabric.mu.Lock()
+	e.fabric.entry(key)
+	e.fabric.mu.Unlock()
+	go func() {
+		// The write ends at a time of its own after the answer: here, once
+		// the router waits for the notices, or once a decode leg came to
+		// read the KV too early — whichever comes first.
+		<-l.ctx.Done()
+		e.notices.landing(reqID, key)
+		e.fabric.export(key, kvExport{prompt: l.prompt})
+		for range max(e.other.TP, 1) {
+			e.notices.Done(reqID)
+		}
+	}()
 	return map[string]any{"first_tok": 1}, ""
 }
 
 func (m lmcacheModel) decode(e *vllmEngine, l engineLeg) (string, string) {
-	x := e.fabric.lookup("content:" + l.prompt)
+	key := "content:" + l.prompt
+	x := e.fabric.lookup(key)
 	if x == nil {
+		e.fabric.mu.Lock()
+		_, pending := e.fabric.exports[key]
+		e.fabric.mu.Unlock()
+		if m.pd && pending {
+			e.notices.early(key)
+			return "", e.problem("decode sent before the sender's done notice: the receiver reads KV still being written")
+		}
 		return outcomeRecomputed, ""
 	}
 	x.imported = true
@@ -642,3 +700,53 @@ func (moriioModel) decode(e *vllmEngine, l engineLeg) (string, string) {
 	x.imported = true
 	return outcomeImported, ""
 }
+
+// noticeBoard is the router's kvnotice.Board, which also tells the fake
+// sender when the router starts waiting, so that whether the decode leg
+// waited for the KV does not depend on goroutine timing.
+type noticeBoard struct {
+	kvnotice.Board
+	mu      sync.Mutex
+	signals map[string]chan struct{} // by req_id and by content key
+}
+
+func (b *noticeBoard) signal(key string) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.signals == nil {
+		b.signals = map[string]chan struct{}{}
+	}
+	ch, ok := b.signals[key]
+	if !ok {
+		ch = make(chan struct{})
+		b.signals[key] = ch
+	}
+	return ch
+}
+
+func (b *noticeBoard) fire(key string) {
+	ch := b.signal(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (b *noticeBoard) Await(ctx context.Context, key string, n int) error {
+	b.fire(key)
+	return b.Board.Await(ctx, key, n)
+}
+
+// landing blocks the sender's write until the router waits for reqID or a
+// decode came early for contentKey.
+func (b *noticeBoard) landing(reqID, contentKey string) {
+	select {
+	case <-b.signal(reqID):
+	case <-b.signal(contentKey):
+	}
+}
+
+func (b *noticeBoard) early(contentKey string) { b.fire(contentKey) }

@@ -207,6 +207,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	omniPools := map[string]*orchestrator.Pool{}
 	var readiness stageclient.Readiness
 	var contract kvconnector.Contract
+	var prefillExtra map[string]any // the prefill's kv_connector_extra_config
 	for _, s := range doc.Stages {
 		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
 			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
@@ -289,6 +290,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			if contract, err = kvconnector.NewRegistry().Lookup(s.KV.Connector, extra); err != nil {
 				return err
 			}
+			prefillExtra = extra
 		}
 	}
 	// Keep unhealthy instances out of rotation between requests too.
@@ -310,6 +312,9 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		cfg.PrefillRetries = doc.PD.PrefillRetries
 		cfg.MinPrefillTokens = doc.PD.MinPrefillTokens
 		cfg.FallbackLocal = doc.PD.Fallback == "local"
+		if cfg.KVReady, err = listenKVNotices(ctx, contract, prefillExtra, o.log); err != nil {
+			return err
+		}
 	} else {
 		cfg.Decode = pools[topology.RoleFull]
 	}

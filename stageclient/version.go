@@ -1,0 +1,42 @@
+package stageclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// Version asks the instance's GET /version for its release, as vllm serve
+// reports it ({"version": "0.21.0"}). The connectors' behaviour when a
+// request ends without using its KV changes between vLLM releases, so the
+// orchestrator picks what to do by it. "" with a nil error means the
+// instance does not say: a reference worker, or a proxy that does not pass
+// /version on, answers 404.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	resp, what, err := c.get(ctx, "/version", "application/json")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return "", nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", readUpstreamError(what, resp)
+	}
+	data, err := readBounded(resp.Body, maxErrorBody)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return "", classified(what, ErrProtocol, err)
+	case err != nil:
+		return "", classifyRead(ctx, what, err)
+	}
+	var v struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return "", classified(what, ErrProtocol, err)
+	}
+	return v.Version, nil
+}

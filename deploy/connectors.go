@@ -37,6 +37,9 @@ type kvConnectorSpec struct {
 	// notifyKey is a second per-instance port of kv_connector_extra_config
 	// (MoRIIO's notify_port), TP ports after the KV port.
 	notifyKey string
+	// prefillConnects: only the decode listens; the prefill connects to
+	// the address its leg names (LMCache PD's sender).
+	prefillConnects bool
 }
 
 // Connectors that match a transfer by the request id string need vLLM to
@@ -64,7 +67,9 @@ var kvConnectorSpecs = []kvConnectorSpec{
 		env:   keepRequestIDs,
 	},
 	{
+		// PD mode (lmcache.enable_pd) adds its ports and keys: lmcache.go.
 		name: "LMCacheConnectorV1", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
+		env: []param{lmcacheHashSeed},
 	},
 	{
 		// vLLM's MoRIIO (moriio_common.py MoRIIOConfig) reads handshake_port

@@ -297,6 +297,9 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 
 	prefill.KV = injectKV(thinker.KV, spec, spec.producerRole, req)
 	decode.KV = injectKV(thinker.KV, spec, spec.consumerRole, req)
+	if lmcachePD(prefill.KV) {
+		spec = lmcachePDSpec(spec)
+	}
 	for _, side := range []*Stage{prefill, decode} {
 		for _, e := range spec.env {
 			if side.Env == nil {
@@ -315,8 +318,14 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	if spec.decodeListens {
 		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas*kvPortStride(spec, prefill.TensorParallelSize))
 	}
+	if spec.prefillConnects {
+		prefillPort, decodePort = 0, firstNonZero(req.decode.port, req.port, spec.basePort)
+	}
 	setReplicas(prefill, layout.Prefill, prefillPort, spec)
 	setReplicas(decode, layout.Decode, decodePort, spec)
+	if lmcachePD(prefill.KV) {
+		writeLMCachePD(prefill, decode)
+	}
 	// The decode's ports count on from the prefill's only as a default:
 	// pd.kv_port chooses both, pd.prefill.kv_port only the prefill's.
 	prefill.kvPortsDefaulted = req.prefill.port == 0 && req.port == 0

@@ -42,6 +42,7 @@ func goldenCases() []goldenCase {
 		{name: "overlay_platform", file: "testdata/expand/overlay_platform.yaml", opts: deploy.Options{Platform: "rocm"}},
 		{name: "handwritten_kv_role", file: "testdata/expand/handwritten_kv_role.yaml"},
 		{name: "endpoints", file: "testdata/expand/endpoints.yaml"},
+		{name: "lmcache_pd", file: "testdata/expand/lmcache_pd.yaml"},
 	}
 	for _, c := range deploy.KVConnectors() {
 		cases = append(cases, goldenCase{

@@ -335,6 +335,12 @@ func kvTransferJSON(s *deploy.Stage, r topology.Replica, httpPort int) (string, 
 		}
 		extra.Set("http_port", integer(httpPort))
 	}
+	if initPorts, allocPorts := deploy.LMCacheReceiverPorts(s, r); initPorts != nil {
+		// The stage's extra config holds its first receiver's ports; each
+		// instance binds its own, the ones the router names for it.
+		extra.Set("lmcache.pd_peer_init_port", intList(initPorts))
+		extra.Set("lmcache.pd_peer_alloc_port", intList(allocPorts))
+	}
 	if extra != nil {
 		n.Set("kv_connector_extra_config", extra)
 	}
@@ -435,6 +441,14 @@ func configWithEndpoints(doc *deploy.Document, planned [][]string) ([]byte, erro
 
 func str(s string) *deploy.Node {
 	return &deploy.Node{Kind: deploy.KindScalar, Tag: "!!str", Value: s}
+}
+
+func intList(xs []int) *deploy.Node {
+	n := &deploy.Node{Kind: deploy.KindSeq}
+	for _, x := range xs {
+		n.Items = append(n.Items, integer(x))
+	}
+	return n
 }
 
 func integer(i int) *deploy.Node {

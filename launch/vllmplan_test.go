@@ -67,6 +67,12 @@ func TestPlanVLLMGolden(t *testing.T) {
 		})
 	}
 	cases = append(cases, planCase{
+		name: "lmcache_pd",
+		doc: func(t *testing.T) *deploy.Document {
+			return loadText(t, "lmcache_pd.yaml", lmcachePD, deploy.Options{})
+		},
+	})
+	cases = append(cases, planCase{
 		name: "xpyd_nixl",
 		doc: func(t *testing.T) *deploy.Document {
 			return loadText(t, "xpyd_nixl.yaml", xpydNixl, deploy.Options{})

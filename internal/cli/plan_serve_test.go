@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -55,6 +56,34 @@ func TestPlanVLLMConfigIsServed(t *testing.T) {
 			wantServed(t, connector, cfg)
 		})
 	}
+}
+
+// LMCache in PD mode, selected in the deploy config as a user writes it:
+// serve must take the planned config and bind the senders' notice address
+// the prefill's extra config names (here a free port, not the default).
+func TestPlanVLLMLMCachePDConfigIsServed(t *testing.T) {
+	fixture, err := filepath.Abs(fixtures + "qwen3_omni_moe_thinking.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployCfg := filepath.Join(t.TempDir(), "lmcache_pd.yaml")
+	text := fmt.Sprintf("base_config: %s\npd:\n  connector: LMCacheConnectorV1\n  kv_connector_extra_config:\n    lmcache.enable_pd: true\n    lmcache.pd_proxy_port: %d\n", fixture, freePort(t))
+	if err := os.WriteFile(deployCfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var script, errOut bytes.Buffer
+	opts := launch.VLLMOptions{BasePort: freePort(t)}
+	if err := runPlan(deployCfg, configFlags{pd: true}, opts, &script, &errOut); err != nil {
+		t.Fatalf("plan --target vllm: %v\n%s", err, errOut.String())
+	}
+	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	if !ok {
+		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+	}
+	if !strings.Contains(string(cfg), "lmcache.pd_role: receiver") {
+		t.Fatalf("the planned config is not LMCache PD mode:\n%s", cfg)
+	}
+	wantServed(t, kvconnector.LMCacheConnectorV1, cfg)
 }
 
 // The same for the omnipd config the Kubernetes plan puts in its ConfigMap,

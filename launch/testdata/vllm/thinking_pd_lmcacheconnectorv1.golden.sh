@@ -33,6 +33,7 @@ failed() {
 # thinker-prefill-0: stage 0 (prefill), replica 0 -> http://127.0.0.1:8100
 VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=0,1 \
+PYTHONHASHSEED=123 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
   --port 8100 \
@@ -49,6 +50,7 @@ started thinker-prefill-0 $! http://127.0.0.1:8100
 # thinker-decode-0: stage 1 (decode), replica 0 -> http://127.0.0.1:8101
 VLLM_API_KEY="$(cat omnipd-secret)" \
 CUDA_VISIBLE_DEVICES=2,3 \
+PYTHONHASHSEED=123 \
 vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
   --host 127.0.0.1 \
   --port 8101 \
@@ -95,6 +97,8 @@ stages:
     input_connectors: {}
     output_connectors: {}
     default_sampling_params: {}
+    env:
+      PYTHONHASHSEED: "123"
     engine_args:
       max_num_seqs: 1
       gpu_memory_utilization: 0.9
@@ -128,6 +132,8 @@ stages:
       max_tokens: 2048
       seed: 42
       repetition_penalty: 1.05
+    env:
+      PYTHONHASHSEED: "123"
     engine_args:
       max_num_seqs: 1
       gpu_memory_utilization: 0.9

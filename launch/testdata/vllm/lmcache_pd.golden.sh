@@ -1,0 +1,178 @@
+#!/bin/sh
+# vllm serve instances for omnipd: 3 planned.
+#
+# Run it in a terminal of its own, or in the background with its own log:
+#   sh launch.sh > launch.log 2>&1 &
+# It starts every instance (each logs to NAME.log), waits until each answers
+# /health, prints the omnipd serve command to run next, and stays while the
+# instances run. It exits non-zero when vllm is missing or an instance exits,
+# stopping the others; stopping it (Ctrl-C, kill) stops them all.
+set -eu
+
+command -v vllm >/dev/null 2>&1 || { echo "launch.sh: vllm is not on PATH: install vLLM or activate its environment, then run this again" >&2; exit 127; }
+command -v curl >/dev/null 2>&1 || { echo "launch.sh: curl is not on PATH; this script polls each instance's /health with it" >&2; exit 127; }
+
+# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.
+[ -s omnipd-secret ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > omnipd-secret)
+
+# name|pid|url of each instance started; every one is stopped when this script ends.
+instances=
+started() { instances="$instances $1|$2|$3"; }
+stop() { for i in $instances; do p=${i#*|}; kill "${p%%|*}" 2>/dev/null || true; done; }
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+failed() {
+  echo "launch.sh: $1 exited$2; stopping the others. The end of $1.log:" >&2
+  tail -n 20 "$1.log" >&2 || true
+  exit 1
+}
+
+# thinker-prefill-0: stage 0 (prefill), replica 0 -> http://127.0.0.1:8100
+VLLM_API_KEY="$(cat omnipd-secret)" \
+CUDA_VISIBLE_DEVICES=0,1 \
+PYTHONHASHSEED=123 \
+vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --host 127.0.0.1 \
+  --port 8100 \
+  --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --tensor-parallel-size 2 \
+  --kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_producer","engine_id":"thinker-prefill","kv_connector_extra_config":{"lmcache.enable_pd":true,"lmcache.transfer_channel":"nixl","lmcache.pd_buffer_device":"cuda","lmcache.local_cpu":false,"lmcache.max_local_cpu_size":0,"lmcache.nixl_backends":["UCX"],"lmcache.pd_role":"sender","lmcache.pd_buffer_size":1073741824,"lmcache.pd_proxy_host":"127.0.0.1","lmcache.pd_proxy_port":7500}}' > thinker-prefill-0.log 2>&1 &
+started thinker-prefill-0 $! http://127.0.0.1:8100
+
+# thinker-decode-0: stage 1 (decode), replica 0 -> http://127.0.0.1:8101
+VLLM_API_KEY="$(cat omnipd-secret)" \
+CUDA_VISIBLE_DEVICES=2,3 \
+PYTHONHASHSEED=123 \
+vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --host 127.0.0.1 \
+  --port 8101 \
+  --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --tensor-parallel-size 2 \
+  --kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_consumer","engine_id":"thinker-decode-0","kv_port":7300,"kv_connector_extra_config":{"lmcache.enable_pd":true,"lmcache.transfer_channel":"nixl","lmcache.pd_buffer_device":"cuda","lmcache.local_cpu":false,"lmcache.max_local_cpu_size":0,"lmcache.nixl_backends":["UCX"],"lmcache.pd_role":"receiver","lmcache.pd_buffer_size":2147483648,"lmcache.pd_peer_host":"127.0.0.1","lmcache.pd_peer_init_port":[7300,7301],"lmcache.pd_peer_alloc_port":[7302,7303]}}' > thinker-decode-0.log 2>&1 &
+started thinker-decode-0 $! http://127.0.0.1:8101
+
+# thinker-decode-1: stage 1 (decode), replica 1 -> http://127.0.0.1:8102
+VLLM_API_KEY="$(cat omnipd-secret)" \
+CUDA_VISIBLE_DEVICES=4,5 \
+PYTHONHASHSEED=123 \
+vllm serve Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --host 127.0.0.1 \
+  --port 8102 \
+  --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct \
+  --tensor-parallel-size 2 \
+  --kv-transfer-config '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_consumer","engine_id":"thinker-decode-1","kv_port":7304,"kv_connector_extra_config":{"lmcache.enable_pd":true,"lmcache.transfer_channel":"nixl","lmcache.pd_buffer_device":"cuda","lmcache.local_cpu":false,"lmcache.max_local_cpu_size":0,"lmcache.nixl_backends":["UCX"],"lmcache.pd_role":"receiver","lmcache.pd_buffer_size":2147483648,"lmcache.pd_peer_host":"127.0.0.1","lmcache.pd_peer_init_port":[7304,7305],"lmcache.pd_peer_alloc_port":[7306,7307]}}' > thinker-decode-1.log 2>&1 &
+started thinker-decode-1 $! http://127.0.0.1:8102
+
+# The omnipd config naming these instances, for:
+#   omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct
+cat > omnipd-vllm.yaml <<'EOF'
+pipeline: qwen3_omni_moe_thinker
+async_chunk: false
+connectors: {}
+pd:
+  connector: LMCacheConnectorV1
+  devices: 0,1,2,3,4,5
+  min_prefill_tokens: 0
+  prefill_retries: 1
+  fallback: none
+stages:
+  - stage_id: 0
+    model_stage: thinker
+    is_prefill_only: true
+    input_sources: []
+    final_output: false
+    final_output_type: null
+    devices: 0,1
+    tensor_parallel_size: 2
+    num_replicas: 1
+    replicas:
+      - devices: 0,1
+        engine_id: thinker-prefill
+        endpoint: http://127.0.0.1:8100
+    kv_transfer_config:
+      kv_connector: LMCacheConnectorV1
+      kv_role: kv_producer
+      engine_id: thinker-prefill
+      kv_connector_extra_config:
+        lmcache.enable_pd: true
+        lmcache.transfer_channel: nixl
+        lmcache.pd_buffer_device: cuda
+        lmcache.local_cpu: false
+        lmcache.max_local_cpu_size: 0
+        lmcache.nixl_backends: [UCX]
+        lmcache.pd_role: sender
+        lmcache.pd_buffer_size: 1073741824
+        lmcache.pd_proxy_host: 127.0.0.1
+        lmcache.pd_proxy_port: 7500
+    input_connectors: {}
+    output_connectors: {}
+    default_sampling_params: {}
+    env:
+      PYTHONHASHSEED: "123"
+    engine_args: {}
+  - stage_id: 1
+    model_stage: thinker
+    is_decode_only: true
+    input_sources: [0]
+    final_output: true
+    final_output_type: text
+    devices: 2,3,4,5
+    tensor_parallel_size: 2
+    num_replicas: 2
+    replicas:
+      - devices: 2,3
+        engine_id: thinker-decode-0
+        kv_port: 7300
+        endpoint: http://127.0.0.1:8101
+      - devices: 4,5
+        engine_id: thinker-decode-1
+        kv_port: 7304
+        endpoint: http://127.0.0.1:8102
+    kv_transfer_config:
+      kv_connector: LMCacheConnectorV1
+      kv_role: kv_consumer
+      engine_id: thinker-decode
+      kv_port: 7300
+      kv_connector_extra_config:
+        lmcache.enable_pd: true
+        lmcache.transfer_channel: nixl
+        lmcache.pd_buffer_device: cuda
+        lmcache.local_cpu: false
+        lmcache.max_local_cpu_size: 0
+        lmcache.nixl_backends: [UCX]
+        lmcache.pd_role: receiver
+        lmcache.pd_buffer_size: 2147483648
+        lmcache.pd_peer_host: 127.0.0.1
+        lmcache.pd_peer_init_port: [7300, 7301]
+        lmcache.pd_peer_alloc_port: [7302, 7303]
+    input_connectors: {}
+    output_connectors: {}
+    default_sampling_params: {}
+    env:
+      PYTHONHASHSEED: "123"
+    engine_args: {}
+EOF
+
+timeout=${VLLM_READY_TIMEOUT:-1800}
+deadline=$(( $(date +%s) + timeout ))
+for i in $instances; do
+  name=${i%%|*}; rest=${i#*|}; pid=${rest%%|*}; url=${rest#*|}
+  echo "launch.sh: waiting for $name at $url/health (log: $name.log)"
+  until curl -fsS -o /dev/null --max-time 5 "$url/health" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || failed "$name" " before it was ready"
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "launch.sh: $name not ready within ${timeout}s; set VLLM_READY_TIMEOUT to wait longer" >&2; exit 1; }
+    sleep 2
+  done
+  echo "launch.sh: $name ready"
+done
+echo "launch.sh: every instance is ready. Next, in another terminal:"
+echo '  omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name Qwen/Qwen3-Omni-30B-A3B-Instruct'
+echo "launch.sh: running until an instance exits or this script is stopped (Ctrl-C)"
+while :; do
+  for i in $instances; do
+    rest=${i#*|}
+    kill -0 "${rest%%|*}" 2>/dev/null || failed "${i%%|*}" ""
+  done
+  sleep 2
+done

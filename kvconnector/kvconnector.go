@@ -61,6 +61,19 @@ type Peer struct {
 	// NotifyPort is a MoRIIO instance's notify_port; 0: KVPort + TP, the
 	// port PD expansion gives it.
 	NotifyPort int
+	// DP is the instance's data_parallel_size: that many ranks behind one
+	// API server, each its own KV engine (vLLM names rank k's engine
+	// "<EngineID>_dp<k>"). 0 means 1.
+	DP int
+}
+
+// DataParallel is p's data-parallel size, 1 when the config leaves it
+// unset.
+func (p Peer) DataParallel() int {
+	if p.DP <= 0 {
+		return 1
+	}
+	return p.DP
 }
 
 // Handoff is one request's routing facts.
@@ -69,6 +82,10 @@ type Handoff struct {
 	TransferID string // "xfer-" + RequestID
 	Prefill    Peer
 	Decode     Peer
+	// PrefillRank and DecodeRank are the data-parallel ranks the legs are
+	// pinned to (X-data-parallel-rank) on instances with DP > 1; 0
+	// otherwise.
+	PrefillRank, DecodeRank int
 }
 
 // NewHandoff builds the handoff of one request, deriving its transfer id the

@@ -167,3 +167,63 @@ func (f *pullFake) decode(t testing.TB, l leg) {
 }
 
 func (f *pullFake) settled(t testing.TB) { t.Helper(); settle(t, f.name, f.exports) }
+
+// dpPullFake is a vLLM NIXL pair whose instances run data-parallel ranks
+// behind one API server each. The API server runs a leg on the rank
+// X-data-parallel-rank names; prefill rank k is its own KV engine,
+// "<engine_id>_dp<k>" (vllm/v1/engine/core.py run_engine_core), with its
+// own side channel at VLLM_NIXL_SIDE_CHANNEL_PORT + k
+// (nixl/base_scheduler.py), and answers with both. Any decode rank can
+// pull from any prefill rank; only the rank that ran the prefill holds
+// the KV.
+type dpPullFake struct {
+	name  string
+	p, d  Peer
+	ranks []*pullFake // the prefill instance's ranks
+}
+
+func newDPPullFake(name string, h Handoff) *dpPullFake {
+	f := &dpPullFake{name: name, p: h.Prefill, d: h.Decode}
+	for k := range h.Prefill.DataParallel() {
+		rank := h.Prefill
+		rank.EngineID = fmt.Sprintf("%s_dp%d", h.Prefill.EngineID, k)
+		rank.KVPort = h.Prefill.KVPort + k
+		f.ranks = append(f.ranks, newShapedPullFake(fmt.Sprintf("%s prefill rank %d", name, k), Handoff{Prefill: rank, Decode: h.Decode}, shapeVLLM))
+	}
+	return f
+}
+
+// prefill serves a prefill leg pinned to rank.
+func (f *dpPullFake) prefill(t testing.TB, l leg, rank int) json.RawMessage {
+	t.Helper()
+	if rank < 0 || rank >= len(f.ranks) {
+		t.Fatalf("%s prefill: X-data-parallel-rank %d; the instance runs ranks 0-%d", f.name, rank, len(f.ranks)-1)
+	}
+	return f.ranks[rank].prefill(t, l)
+}
+
+// decode serves a decode leg pinned to rank of the decode instance: it
+// handshakes with the side channel the params name and pulls from the
+// engine there.
+func (f *dpPullFake) decode(t testing.TB, l leg, rank int) {
+	t.Helper()
+	if rank < 0 || rank >= f.d.DataParallel() {
+		t.Fatalf("%s decode: X-data-parallel-rank %d; the instance runs ranks 0-%d", f.name, rank, f.d.DataParallel()-1)
+	}
+	port, _ := l.params["remote_port"].(float64)
+	host, _ := l.params["remote_host"].(string)
+	for _, r := range f.ranks {
+		if host == r.p.KVHost && int(port) == r.p.KVPort {
+			r.decode(t, l)
+			return
+		}
+	}
+	t.Fatalf("%s decode: side channel %s:%v: no prefill rank listens there", f.name, host, l.params["remote_port"])
+}
+
+func (f *dpPullFake) settled(t testing.TB) {
+	t.Helper()
+	for _, r := range f.ranks {
+		r.settled(t)
+	}
+}

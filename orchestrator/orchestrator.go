@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,8 +80,9 @@ type Instance struct {
 	Supervised bool
 
 	inflight     atomic.Int64
-	ejectedUntil atomic.Int64 // unix nanoseconds
-	rel          releaseCache // its vLLM release (claim.go)
+	ejectedUntil atomic.Int64  // unix nanoseconds
+	rank         atomic.Uint64 // legs pinned so far, for nextRank (dp.go)
+	rel          releaseCache  // its vLLM release (claim.go)
 }
 
 // Pool is a stage's instances.
@@ -363,7 +365,7 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	if err != nil {
 		return nil, err
 	}
-	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer}
+	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer, DecodeRank: dec.nextRank()}
 
 	if o.cfg.MinPrefillTokens > 0 && !claimsEveryPrompt(c) && o.short(ctx, req, dec, log) {
 		o.cfg.Metrics.RecordDecodeOnly()
@@ -663,7 +665,7 @@ func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instan
 // retryable reports a prefill failure another instance may not have.
 func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pre *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	h.Prefill = pre.Peer
+	h.Prefill, h.PrefillRank = pre.Peer, pre.nextRank()
 	params, err := o.cfg.Contract.DecodeParams(h, nil)
 	if err != nil {
 		cancel(err)
@@ -729,7 +731,7 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 			break
 		}
 		tried[in] = true
-		h.Prefill = in.Peer
+		h.Prefill, h.PrefillRank = in.Peer, in.nextRank()
 		params, retryable, err := o.prefillOn(ctx, req, in, *h, log)
 		if err == nil {
 			return in, params, nil
@@ -786,7 +788,7 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	if req.keep != nil {
 		req.keep.setPrefill(in.Client.BaseURL())
 	}
-	resp, err := in.Client.Post(ctx, req.path(), pid, body)
+	resp, err := in.Client.PostWith(ctx, req.path(), pid, rankHeader(in, h.PrefillRank), body)
 	o.track(o.cfg.Prefill, in, -1)
 	if err != nil {
 		var ue *stageclient.UpstreamError
@@ -841,6 +843,12 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	if o.cfg.Contract != nil && path == PathDisaggregated {
 		_, id = o.cfg.Contract.RequestIDs(h)
 	}
+	var header http.Header
+	if o.cfg.Contract != nil {
+		// A PD decode leg runs on the rank its Handoff names; a colocated
+		// Thinker's rank is left to vLLM's own balancer.
+		header = rankHeader(in, h.DecodeRank)
+	}
 	if req.keep != nil {
 		req.keep.setThinker(in.Client.BaseURL())
 	}
@@ -851,7 +859,7 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 	}
 	dog.arm()
 	if req.streaming() {
-		s, err := in.Client.Stream(dog.ctx, req.path(), id, body)
+		s, err := in.Client.StreamWith(dog.ctx, req.path(), id, header, body)
 		dog.disarm()
 		if err != nil {
 			release()
@@ -859,7 +867,7 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 		}
 		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID()}, nil
 	}
-	resp, err := in.Client.Post(dog.ctx, req.path(), id, body)
+	resp, err := in.Client.PostWith(dog.ctx, req.path(), id, header, body)
 	release()
 	if err != nil {
 		return nil, o.decodeFailure(in, dog, err)

@@ -221,8 +221,19 @@ type Response struct {
 // stream. Only a 2xx with a JSON body is a Response; anything else is an
 // error (see the package's error classes).
 func (c *Client) Post(ctx context.Context, path, requestID string, body []byte) (*Response, error) {
+	return c.PostWith(ctx, path, requestID, nil, body)
+}
+
+// PostWith is Post with header added to this one request: a leg's own
+// routing headers, such as the X-data-parallel-rank that pins a request to
+// one data-parallel rank of a vLLM instance. header may not set the headers
+// the client owns (ownedHeaders).
+func (c *Client) PostWith(ctx context.Context, path, requestID string, header http.Header, body []byte) (*Response, error) {
 	req, what, err := c.newRequest(ctx, http.MethodPost, path, requestID, body)
 	if err != nil {
+		return nil, err
+	}
+	if err := addLegHeader(req, what, header); err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
@@ -295,6 +306,33 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 		req.Header.Set("Authorization", c.auth)
 	}
 	return req, what, nil
+}
+
+// ownedHeaders are set by the client on every call; a leg's header would
+// otherwise detach the leg from its request id, its credentials or its
+// body's type.
+var ownedHeaders = []string{"X-Request-Id", "Authorization", "Content-Type", "Content-Length", "Accept", "Host", "Connection", "Transfer-Encoding"}
+
+// addLegHeader adds header to req, refusing owned headers and values that
+// would split headers.
+func addLegHeader(req *http.Request, what string, header http.Header) error {
+	for name, values := range header {
+		for _, owned := range ownedHeaders {
+			if strings.EqualFold(name, owned) {
+				return fmt.Errorf("%s: header %s is set by the client", what, name)
+			}
+		}
+		if !validHeaderValue(name) || strings.ContainsAny(name, " :") {
+			return fmt.Errorf("%s: header name %q is not allowed", what, name)
+		}
+		for _, v := range values {
+			if !validHeaderValue(v) {
+				return fmt.Errorf("%s: header %s value %q contains characters not allowed in an HTTP header", what, name, v)
+			}
+			req.Header.Add(name, v)
+		}
+	}
+	return nil
 }
 
 // do sends req, whose body is body. leanTransport takes the body as a

@@ -30,10 +30,18 @@ const (
 // cancelling ctx, aborts the HTTP request: the instance sees its request
 // context cancelled and stops generating.
 func (c *Client) Stream(ctx context.Context, path, requestID string, body []byte) (*Stream, error) {
+	return c.StreamWith(ctx, path, requestID, nil, body)
+}
+
+// StreamWith is Stream with header added to this one request, as PostWith.
+func (c *Client) StreamWith(ctx context.Context, path, requestID string, header http.Header, body []byte) (*Stream, error) {
 	// A context of the stream's own, so that Close can abort the request
 	// even while the caller's context lives on.
 	reqCtx, cancel := context.WithCancel(ctx)
 	req, what, err := c.newRequest(reqCtx, http.MethodPost, path, requestID, body)
+	if err == nil {
+		err = addLegHeader(req, what, header)
+	}
 	if err != nil {
 		cancel()
 		return nil, err

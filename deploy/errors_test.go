@@ -1146,6 +1146,54 @@ var unreachableCodes = map[string]struct{ why, loaderCase string }{
 // the topology check.
 var loaderCases = []errorCase{
 	{
+		name: "MoRIIO read_mode differs",
+		cfg: `
+stages:
+  - stage_id: 0
+    is_prefill_only: true
+    devices: "0"
+    kv_transfer_config:
+      kv_connector: MoRIIOConnector
+      kv_role: kv_producer
+      kv_connector_extra_config:
+        read_mode: true
+  - stage_id: 1
+    is_decode_only: true
+    devices: "1"
+    kv_transfer_config:
+      kv_connector: MoRIIOConnector
+      kv_role: kv_consumer
+      kv_connector_extra_config:
+        read_mode: "False"
+  - stage_id: 2
+  - stage_id: 3
+`,
+		line: 17, col: 20, path: "stages[1].kv_transfer_config.kv_connector_extra_config.read_mode", msg: `read_mode "False" (WRITE) differs from the prefill's true (READ)`,
+	},
+	{
+		name: "MoRIIO read_mode only on the prefill",
+		cfg: `
+stages:
+  - stage_id: 0
+    is_prefill_only: true
+    devices: "0"
+    kv_transfer_config:
+      kv_connector: MoRIIOConnector
+      kv_role: kv_producer
+      kv_connector_extra_config:
+        read_mode: 1
+  - stage_id: 1
+    is_decode_only: true
+    devices: "1"
+    kv_transfer_config:
+      kv_connector: MoRIIOConnector
+      kv_role: kv_consumer
+  - stage_id: 2
+  - stage_id: 3
+`,
+		line: 9, col: 20, path: "stages[0].kv_transfer_config.kv_connector_extra_config.read_mode", msg: `read_mode 1 (READ) differs from the decode's unset (WRITE)`,
+	},
+	{
 		name: "YAML syntax error",
 		cfg: `
 stages:

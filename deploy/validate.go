@@ -26,6 +26,7 @@ func (p *problems) validate(doc *Document) {
 		}
 		p.errs = append(p.errs, e)
 	}
+	p.moriioReadModes(doc)
 }
 
 // fieldAliases map a resolved field to where the user wrote its source when

@@ -15,6 +15,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
@@ -253,6 +254,9 @@ func checkThinkerStages(doc *deploy.Document, opts Options) error {
 				return fmt.Errorf("%w: stage %d replica %d already runs at %s; the Kubernetes target runs every Thinker replica itself, so remove the stage's endpoints", ErrNotRenderable, s.ID, i, r.Endpoint)
 			}
 		}
+		if lmcachePD(s) {
+			return fmt.Errorf("%w: stage %d: LMCacheConnectorV1 in PD mode (lmcache.enable_pd) is not rendered for Kubernetes yet: its receiver binds lmcache.pd_peer_host and its senders push their done notices to lmcache.pd_proxy_host, which would be each pod's own loopback; run LMCache in storage mode (drop lmcache.enable_pd) or use another connector", ErrNotRenderable, s.ID)
+		}
 		switch s.Role {
 		case topology.RolePrefill:
 			prefill++
@@ -264,4 +268,23 @@ func checkThinkerStages(doc *deploy.Document, opts Options) error {
 		return fmt.Errorf("%w: a DisaggregatedSet runs the Thinker's prefill and decode roles, and this config does not split the Thinker; add a pd: section or --pd, or render --workload %s", ErrNotRenderable, WorkloadDeployment)
 	}
 	return nil
+}
+
+// lmcachePD reports whether stage s runs LMCache's PD mode, read as LMCache
+// and omnipd serve read it: lmcache.enable_pd true, or its spelling as a
+// string, in the stage's kv_connector_extra_config. The Kubernetes target
+// cannot address it yet: both sides name each other by loopback addresses
+// (the decode's pd_peer_host is its kv_ip or 127.0.0.1, the prefills'
+// pd_proxy_host is where serve binds), and LMCache's receiver binds
+// pd_peer_host, which must be an address of its own pod.
+func lmcachePD(s *deploy.Stage) bool {
+	if s.KV == nil || s.KV.Connector != "LMCacheConnectorV1" || s.KV.ExtraConfig == nil {
+		return false
+	}
+	v := s.KV.ExtraConfig.Get("lmcache.enable_pd")
+	if v == nil || v.Kind != deploy.KindScalar {
+		return false
+	}
+	b, err := strconv.ParseBool(strings.ToLower(v.Value))
+	return err == nil && b
 }

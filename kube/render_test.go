@@ -447,6 +447,22 @@ func TestRenderRefusesReferenceConnector(t *testing.T) {
 	}
 }
 
+// LMCache's PD mode names loopback addresses on both sides (the receiver's
+// pd_peer_host, the senders' pd_proxy_host), which in a pod are the pod's
+// own: rendering it would give engines that never exchange KV.
+func TestRenderRefusesLMCachePD(t *testing.T) {
+	doc := load(t, "testdata/configs/lmcache_pd.yaml", deploy.Options{})
+	for _, w := range []kube.Workload{kube.WorkloadDisaggregatedSet, kube.WorkloadDeployment} {
+		_, err := kube.Render(doc, kube.Options{Workload: w})
+		if !errors.Is(err, kube.ErrNotRenderable) || !strings.Contains(err.Error(), "lmcache.enable_pd") {
+			t.Errorf("%s: err = %v, want ErrNotRenderable naming lmcache.enable_pd", w, err)
+		}
+		if _, err := kube.Notes(doc, kube.Options{Workload: w}); !errors.Is(err, kube.ErrNotRenderable) {
+			t.Errorf("%s: Notes err = %v, want ErrNotRenderable", w, err)
+		}
+	}
+}
+
 func TestRenderColocatedThinker(t *testing.T) {
 	doc := load(t, thinkingFixture, deploy.Options{})
 	_, err := kube.Render(doc, kube.Options{})

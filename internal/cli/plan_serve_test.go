@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,6 +115,29 @@ func TestPlanKubernetesConfigIsServed(t *testing.T) {
 			}
 			wantServed(t, connector, cfg)
 		})
+	}
+}
+
+// LMCache in PD mode cannot run on Kubernetes yet (its pods would name
+// their own loopback as each other's address): plan refuses it rather than
+// print a deployment that never exchanges KV.
+func TestPlanKubernetesRefusesLMCachePD(t *testing.T) {
+	fixture, err := filepath.Abs(fixtures + "qwen3_omni_moe_thinking.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployCfg := filepath.Join(t.TempDir(), "lmcache_pd.yaml")
+	text := fmt.Sprintf("base_config: %s\npd:\n  connector: LMCacheConnectorV1\n  kv_connector_extra_config:\n    lmcache.enable_pd: true\n", fixture)
+	if err := os.WriteFile(deployCfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err = runPlanKube(deployCfg, configFlags{pd: true}, kube.Options{}, &out, &errOut)
+	if !errors.Is(err, kube.ErrNotRenderable) || !strings.Contains(err.Error(), "lmcache.enable_pd") {
+		t.Fatalf("plan --target kubernetes of LMCache PD mode: err = %v, want ErrNotRenderable naming lmcache.enable_pd", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("plan printed objects it refuses:\n%s", out.String())
 	}
 }
 

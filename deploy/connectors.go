@@ -152,12 +152,17 @@ func (s *Stage) KVPortsChosen() bool {
 }
 
 // kvPortStride is how far apart PD expansion puts the KV ports of a stage's
-// instances: every TP rank's ports must be the instance's own.
-func kvPortStride(spec kvConnectorSpec, tp int) int {
-	if spec.portsPerRank == 0 {
-		return 1
+// instances: every TP rank's ports must be the instance's own, and so must
+// every DP rank's. A DP rank is an engine of its own and listens where a
+// whole instance of dp 1 would, counted on from the instance's port (NIXL:
+// VLLM_NIXL_SIDE_CHANNEL_PORT + data_parallel_index, one side channel per
+// engine whatever its TP, since the handshake names the TP rank).
+func kvPortStride(spec kvConnectorSpec, tp, dp int) int {
+	perEngine := 1
+	if spec.portsPerRank != 0 {
+		perEngine = spec.portsPerRank * max(1, tp)
 	}
-	return spec.portsPerRank * max(1, tp)
+	return perEngine * max(1, dp)
 }
 
 // MoRIIONotifyPort is the notify_port of MoRIIO replica r of stage s: the

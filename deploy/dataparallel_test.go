@@ -40,10 +40,26 @@ func TestLoadDataParallel(t *testing.T) {
 			t.Errorf("topology data_parallel_size %d, want 2", got)
 		}
 	})
-	// PD expansion copies the size to both halves; each is refused at the
-	// line the user wrote it on.
+	// PD expansion copies the size to both halves. Over NIXL both are
+	// served, their instances' side channels DP ports apart.
+	t.Run("expanded with --pd over NixlConnector", func(t *testing.T) {
+		doc, _, errs := loadInline(t, dpThinkerConfig, deploy.Options{PD: true, Connector: "NixlConnector"})
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		for _, s := range doc.Stages[:2] {
+			if s.DataParallelSize != 2 || len(s.Replicas) != 1 || len(s.Replicas[0].Devices) != 2 {
+				t.Errorf("%s: data_parallel_size %d, replicas %+v; want 2 and one replica of two devices", s.Role, s.DataParallelSize, s.Replicas)
+			}
+		}
+		if p, d := doc.Stages[0].Replicas[0].KVPort, doc.Stages[1].Replicas[0].KVPort; d-p != 2 {
+			t.Errorf("prefill side channel %d, decode %d; want the decode past the prefill's two ranks", p, d)
+		}
+	})
+	// Over the other connectors each half is refused at the line the user
+	// wrote the size on.
 	t.Run("expanded with --pd", func(t *testing.T) {
-		for _, conn := range []string{"NixlConnector", "MooncakeConnector", "P2pNcclConnector"} {
+		for _, conn := range []string{"MooncakeConnector", "P2pNcclConnector", "MoRIIOConnector"} {
 			t.Run(conn, func(t *testing.T) {
 				_, _, errs := loadInline(t, dpThinkerConfig, deploy.Options{PD: true, Connector: conn})
 				if len(errs) != 2 {

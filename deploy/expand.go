@@ -316,7 +316,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	prefillPort := firstNonZero(req.prefill.port, req.port, spec.basePort)
 	decodePort := 0
 	if spec.decodeListens {
-		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas*kvPortStride(spec, prefill.TensorParallelSize))
+		decodePort = firstNonZero(req.decode.port, prefillPort+prefill.NumReplicas*kvPortStride(spec, prefill.TensorParallelSize, prefill.DataParallelSize))
 	}
 	if spec.prefillConnects {
 		prefillPort, decodePort = 0, firstNonZero(req.decode.port, req.port, spec.basePort)
@@ -411,7 +411,7 @@ func setReplicas(s *Stage, sets [][]int, basePort int, spec kvConnectorSpec) {
 			r.EngineID = fmt.Sprintf("%s-%d", s.KV.EngineID, i)
 		}
 		if basePort > 0 {
-			r.KVPort = basePort + i*kvPortStride(spec, s.TensorParallelSize)
+			r.KVPort = basePort + i*kvPortStride(spec, s.TensorParallelSize, s.DataParallelSize)
 		}
 	}
 	if basePort > 0 {

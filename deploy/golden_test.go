@@ -39,6 +39,7 @@ func goldenCases() []goldenCase {
 		{name: "default_pd_pool", file: fixtures + "qwen3_omni_moe.yaml", opts: deploy.Options{PD: true, Devices: "4-7"}},
 		{name: "default_pd_json", file: fixtures + "qwen3_omni_moe.yaml", opts: deploy.Options{PD: true}, json: true},
 		{name: "xpyd_nixl", file: "testdata/expand/xpyd_nixl.yaml"},
+		{name: "dp_nixl", file: "testdata/expand/dp_nixl.yaml"},
 		{name: "overlay_platform", file: "testdata/expand/overlay_platform.yaml", opts: deploy.Options{Platform: "rocm"}},
 		{name: "handwritten_kv_role", file: "testdata/expand/handwritten_kv_role.yaml"},
 		{name: "endpoints", file: "testdata/expand/endpoints.yaml"},

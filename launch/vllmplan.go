@@ -104,6 +104,7 @@ var plannedArgs = map[string]bool{
 	"port":                 true,
 	"served_model_name":    true,
 	"tensor_parallel_size": true,
+	"data_parallel_size":   true,
 	"kv_transfer_config":   true,
 }
 
@@ -207,6 +208,14 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 		"--port", strconv.Itoa(port),
 		"--served-model-name", opts.ServedModelName,
 		"--tensor-parallel-size", strconv.Itoa(max(1, s.TensorParallelSize)),
+	}
+	if s.DataParallelSize > 1 {
+		// One API server over DP ranks on this host: vLLM's defaults
+		// (data_parallel_size_local = data_parallel_size, IPC between the
+		// API server and the engines, master ports it picks free) need no
+		// other --data-parallel-* flag, and each rank adds its DP index to
+		// VLLM_NIXL_SIDE_CHANNEL_PORT itself.
+		cmd.Argv = append(cmd.Argv, "--data-parallel-size", strconv.Itoa(s.DataParallelSize))
 	}
 	if s.KV != nil {
 		kv, err := kvTransferJSON(s, r, port)

@@ -79,6 +79,13 @@ func TestPlanVLLMGolden(t *testing.T) {
 		},
 	})
 
+	cases = append(cases, planCase{
+		name: "dp_nixl",
+		doc: func(t *testing.T) *deploy.Document {
+			return loadFile(t, "testdata/dp_nixl.yaml", deploy.Options{})
+		},
+	})
+
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			doc := c.doc(t)
@@ -188,4 +195,19 @@ func TestPlanVLLMErrors(t *testing.T) {
 			t.Fatalf("err = %v, want one naming ReferenceConnector as not a vLLM connector", err)
 		}
 	})
+}
+
+// The plan owns --data-parallel-size as it owns --tensor-parallel-size: the
+// devices, side-channel ports and rank routing all follow from it.
+func TestPlanVLLMDataParallel(t *testing.T) {
+	plan, err := launch.PlanVLLM(loadFile(t, "testdata/dp_nixl.yaml", deploy.Options{}), launch.VLLMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range plan.Commands {
+		argv := strings.Join(c.Argv, " ")
+		if !strings.Contains(argv, "--tensor-parallel-size 2 --data-parallel-size 2 ") || strings.Count(argv, "--data-parallel-size") != 1 {
+			t.Errorf("%s: argv %q, want --data-parallel-size 2 once, beside --tensor-parallel-size 2", c.Name, argv)
+		}
+	}
 }

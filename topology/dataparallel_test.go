@@ -61,3 +61,39 @@ func TestValidateDataParallel(t *testing.T) {
 		}
 	})
 }
+
+// A DP instance's ranks listen on its KV port plus their DP index, so the
+// port check counts each instance's range, not only its first port.
+func TestValidateDataParallelKVPortRanges(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		prefillDP       int
+		prefill, decode int
+		clash           bool
+	}{
+		{name: "decode ranks reach the prefill's port", decode: 25200, prefill: 25201, clash: true},
+		{name: "prefill ranks reach the decode's port", prefillDP: 2, prefill: 25201, decode: 25202, clash: true},
+		{name: "ranges apart", prefillDP: 2, prefill: 25201, decode: 25203},
+		{name: "decode ranks below the prefill's", decode: 25199, prefill: 25201},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := validDPPD("NixlConnector")
+			p := &tp.Stages[0]
+			if tc.prefillDP > 1 {
+				p.DataParallelSize = tc.prefillDP
+				setDevices(p, 0, 4)
+			}
+			p.Replicas[0].KVPort = tc.prefill
+			tp.Stages[1].Replicas[0].KVPort = tc.decode
+			var clashes []Violation
+			for _, v := range Validate(tp) {
+				if v.Code == CodeKVPortDuplicate {
+					clashes = append(clashes, v)
+				}
+			}
+			if tc.clash != (len(clashes) == 1) || len(clashes) > 1 {
+				t.Fatalf("prefill DP %d at %d, decode DP 2 at %d: port clashes %v, want clash %v", max(1, tc.prefillDP), tc.prefill, tc.decode, clashes, tc.clash)
+			}
+		})
+	}
+}

@@ -68,10 +68,13 @@ type KVTransfer struct {
 // DataParallelConnectors are the KV connectors omnipd routes a
 // data-parallel PD stage for. Routing one means pinning each leg to a DP
 // rank (X-data-parallel-rank) and addressing the prefill rank's engine id
-// (<engine_id>_dp<rank>) and ports; omnipd does neither yet, so the list is
-// empty and every PD stage with data_parallel_size > 1 is refused rather
-// than served with handoffs that name an engine id no rank answers to.
-var DataParallelConnectors []string
+// (<engine_id>_dp<rank>) and ports. NIXL's prefill answer already names
+// its rank's engine id and side channel (VLLM_NIXL_SIDE_CHANNEL_PORT + DP
+// index), which the decode gets verbatim; the others' decode parameters are
+// built before the prefill answers and name no rank, so a PD stage with
+// data_parallel_size > 1 over them is refused rather than served with
+// handoffs that name an engine id no rank answers to.
+var DataParallelConnectors = []string{"NixlConnector"}
 
 // DevicesPerInstance is how many accelerators one instance of s uses: its
 // TP ranks times its DP ranks.

@@ -656,20 +656,42 @@ func (v *validator) engineIDs(pd []int) {
 	}
 }
 
+// kvPorts checks that no two prefill or decode instances share a KV port.
+// An instance of data_parallel_size n holds n ports from its kv_port: each
+// DP rank is an engine that listens on kv_port + its DP index (NIXL's
+// VLLM_NIXL_SIDE_CHANNEL_PORT + data_parallel_index).
 func (v *validator) kvPorts(pd []int) {
-	owner := map[int]string{}
+	type held struct {
+		lo, hi int // inclusive
+		owner  string
+	}
+	var taken []held
 	for _, i := range pd {
+		n := max(1, v.t.Stages[i].DataParallelSize)
 		for r, rep := range v.t.Stages[i].Replicas {
 			if rep.KVPort == 0 {
 				continue
 			}
-			if o, ok := owner[rep.KVPort]; ok {
-				v.add(i, fmt.Sprintf("replicas[%d].kv_port", r), CodeKVPortDuplicate, "kv_port %d is already used by %s; every prefill and decode instance needs its own", rep.KVPort, o)
-				continue
+			h := held{rep.KVPort, rep.KVPort + n - 1, fmt.Sprintf("stages[%d].replicas[%d]", i, r)}
+			j := slices.IndexFunc(taken, func(o held) bool { return h.lo <= o.hi && o.lo <= h.hi })
+			switch {
+			case j < 0:
+				taken = append(taken, h)
+			case h.lo == h.hi && taken[j].lo == taken[j].hi:
+				v.add(i, fmt.Sprintf("replicas[%d].kv_port", r), CodeKVPortDuplicate, "kv_port %d is already used by %s; every prefill and decode instance needs its own", rep.KVPort, taken[j].owner)
+			default:
+				v.add(i, fmt.Sprintf("replicas[%d].kv_port", r), CodeKVPortDuplicate, "kv_port %d: ports %s overlap %s's %s; every DP rank listens on kv_port + its DP index, so each prefill and decode instance needs a range of its own",
+					rep.KVPort, portRange(h.lo, h.hi), taken[j].owner, portRange(taken[j].lo, taken[j].hi))
 			}
-			owner[rep.KVPort] = fmt.Sprintf("stages[%d].replicas[%d]", i, r)
 		}
 	}
+}
+
+func portRange(lo, hi int) string {
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
 }
 
 func (v *validator) pair(p, d int) {

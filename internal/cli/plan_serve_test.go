@@ -59,6 +59,24 @@ func TestPlanVLLMConfigIsServed(t *testing.T) {
 	}
 }
 
+// A NIXL prefill and decode of two DP ranks each: serve takes the planned
+// config and routes each instance's ranks (Peer.DP from data_parallel_size).
+func TestPlanVLLMDataParallelNixlConfigIsServed(t *testing.T) {
+	var script, errOut bytes.Buffer
+	opts := launch.VLLMOptions{BasePort: freePort(t)}
+	if err := runPlan("../../launch/testdata/dp_nixl.yaml", configFlags{}, opts, &script, &errOut); err != nil {
+		t.Fatalf("plan --target vllm of a DP NIXL config: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(script.String(), "--data-parallel-size 2") {
+		t.Fatalf("the plan starts no DP instance:\n%s", script.String())
+	}
+	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	if !ok {
+		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+	}
+	wantServed(t, kvconnector.NixlConnector, cfg)
+}
+
 // LMCache in PD mode, selected in the deploy config as a user writes it:
 // serve must take the planned config and bind the senders' notice address
 // the prefill's extra config names (here a free port, not the default).

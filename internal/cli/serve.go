@@ -271,10 +271,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
 				continue
 			}
-			peer := kvconnector.Peer{EngineID: r.EngineID, KVPort: r.KVPort, HTTPAddr: strings.TrimPrefix(url, "http://"), TP: s.TensorParallelSize}
-			peer.KVHost = kvHost(s)
-			peer.NotifyPort = deploy.MoRIIONotifyPort(s, r)
-			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
+			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: thinkerPeer(s, r, url)})
 		}
 		if s.ModelStage != "thinker" {
 			omniPools[s.ModelStage] = pool
@@ -371,6 +368,22 @@ func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logge
 }
 
 // kvHost is the address a stage's KV side channels listen on.
+// thinkerPeer is what the KV contract needs to know of one Thinker
+// instance at base URL url.
+func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Peer {
+	return kvconnector.Peer{
+		EngineID:   r.EngineID,
+		KVHost:     kvHost(s),
+		KVPort:     r.KVPort,
+		HTTPAddr:   strings.TrimPrefix(url, "http://"),
+		TP:         s.TensorParallelSize,
+		NotifyPort: deploy.MoRIIONotifyPort(s, r),
+		// vLLM names rank k's engine <engine_id>_dp<k>; the orchestrator pins
+		// both legs of a handoff to ranks when DP > 1.
+		DP: s.DataParallelSize,
+	}
+}
+
 func kvHost(s *deploy.Stage) string {
 	if s.KV != nil && s.KV.IP != "" {
 		return s.KV.IP

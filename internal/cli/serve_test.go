@@ -21,6 +21,8 @@ import (
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/topology"
 	"github.com/omnipd/omnipd/worker"
 )
 
@@ -195,5 +197,16 @@ func TestServeGCPercentLeavesTheUsersChoice(t *testing.T) {
 		if got, set := serveGCPercent(tt.env); got != tt.want || set != tt.set {
 			t.Errorf("serveGCPercent(%q) = %d, %v; want %d, %v", tt.env, got, set, tt.want, tt.set)
 		}
+	}
+}
+
+func TestThinkerPeerCarriesDataParallelSize(t *testing.T) {
+	s := &deploy.Stage{ID: 1, ModelStage: "thinker", TensorParallelSize: 2, DataParallelSize: 4,
+		KV: &deploy.KVConfig{Connector: "NixlConnector", IP: "10.0.0.7"}}
+	r := topology.Replica{EngineID: "decode-0", KVPort: 5600}
+	got := thinkerPeer(s, r, "http://127.0.0.1:8001")
+	want := kvconnector.Peer{EngineID: "decode-0", KVHost: "10.0.0.7", KVPort: 5600, HTTPAddr: "127.0.0.1:8001", TP: 2, DP: 4}
+	if got != want {
+		t.Errorf("peer %+v, want %+v", got, want)
 	}
 }

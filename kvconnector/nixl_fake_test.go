@@ -26,9 +26,10 @@ const (
 	// connector version 1): internal ids are X-Request-Id as sent, and the
 	// decode notifies the prefill under its own request id.
 	shapeVLLMLegacy
-	// shapeLLMDSim: llm-d's inference simulator, which answers
+	// shapeLLMDSim: llm-d's inference simulator (pkg/api/response.go
+	// @eec055a3, and as a built copy answered): do_remote_decode false,
 	// do_remote_prefill, remote_engine_id, remote_block_ids, remote_host,
-	// remote_port and tp_size, and nothing else.
+	// remote_port and tp_size, and no remote_request_id.
 	shapeLLMDSim
 )
 
@@ -82,7 +83,7 @@ func (f *pullFake) prefill(t testing.TB, l leg) json.RawMessage {
 		resp["tp_size"] = tp(f.p)
 	case shapeLLMDSim:
 		delete(resp, "remote_request_id")
-		delete(resp, "do_remote_decode")
+		resp["do_remote_decode"] = false
 		resp["tp_size"] = tp(f.p)
 	case shapeVLLM:
 		// vLLM ≥ 0.14 appends a random suffix the router cannot predict.

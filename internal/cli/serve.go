@@ -271,7 +271,11 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
 				continue
 			}
-			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: thinkerPeer(s, r, url)})
+			peer := thinkerPeer(s, r, url)
+			if r.Endpoint != "" && r.KVPort == 0 && peer.KVPort != 0 {
+				fmt.Fprintf(o.out, "stage %d (%s): %s names no KV port; using %s's default, %d (name it in the stage's kv_transfer_config to choose)\n", s.ID, pool.Name, url, s.KV.Connector, peer.KVPort)
+			}
+			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
 		}
 		if s.ModelStage != "thinker" {
 			omniPools[s.ModelStage] = pool
@@ -371,7 +375,7 @@ func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logge
 // thinkerPeer is what the KV contract needs to know of one Thinker
 // instance at base URL url.
 func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Peer {
-	return kvconnector.Peer{
+	p := kvconnector.Peer{
 		EngineID:   r.EngineID,
 		KVHost:     kvHost(s),
 		KVPort:     r.KVPort,
@@ -382,6 +386,12 @@ func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Pe
 		// both legs of a handoff to ranks when DP > 1.
 		DP: s.DataParallelSize,
 	}
+	if r.Endpoint != "" && p.KVPort == 0 && s.KV != nil {
+		// An engine omnipd did not start, whose config here names no port,
+		// listens on its own default: the handoff must name that, not 0.
+		p.KVPort, p.NotifyPort = kvconnector.EngineDefaultPorts(s.KV.Connector)
+	}
+	return p
 }
 
 func kvHost(s *deploy.Stage) string {

@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/stageclient"
 )
 
 // The engine fakes of vllmfake_test.go, per vLLM release, when a decode
@@ -91,19 +88,12 @@ func newClaimPair(t *testing.T, c connectorCase, version string) claimPair {
 	dec := &vllmEngine{role: "decode", peer: dp, other: pp, model: model, fabric: fabric, randomize: c.randomize, version: version}
 	var asked atomic.Int64
 	pool := func(e *vllmEngine, name string) *Pool {
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return enginePool(t, e, name, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/version" && e.role == "decode" {
 				asked.Add(1)
 			}
 			e.ServeHTTP(w, r)
 		}))
-		t.Cleanup(hs.Close)
-		cl, err := stageclient.New(stageclient.Config{BaseURL: hs.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.peer.HTTPAddr = strings.TrimPrefix(hs.URL, "http://")
-		return &Pool{Name: name, Instances: []*Instance{{Client: cl, Peer: e.peer}}}
 	}
 	o, err := New(Config{Prefill: pool(pre, "thinker-prefill"), Decode: pool(dec, "thinker-decode"), Contract: contract,
 		Logger: slog.New(slog.DiscardHandler)})

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/openai"
-	"github.com/omnipd/omnipd/stageclient"
 )
 
 // connectorCase is one connector deployment as the engines run it.
@@ -95,16 +93,7 @@ func newPair(t *testing.T, c connectorCase, scenario string) *pair {
 	pre := &vllmEngine{role: "prefill", peer: pp, other: dp, model: model, fabric: fabric, randomize: c.randomize,
 		unavailable: scenario == scenarioFallback}
 	dec := &vllmEngine{role: "decode", peer: dp, other: pp, model: model, fabric: fabric, randomize: c.randomize}
-	pool := func(e *vllmEngine, name string) *Pool {
-		hs := httptest.NewServer(e)
-		t.Cleanup(hs.Close)
-		cl, err := stageclient.New(stageclient.Config{BaseURL: hs.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.peer.HTTPAddr = strings.TrimPrefix(hs.URL, "http://")
-		return &Pool{Name: name, Instances: []*Instance{{Client: cl, Peer: e.peer}}}
-	}
+	pool := func(e *vllmEngine, name string) *Pool { return enginePool(t, e, name, e) }
 	cfg := Config{Prefill: pool(pre, "thinker-prefill"), Decode: pool(dec, "thinker-decode"), Contract: contract,
 		Logger: slog.New(slog.DiscardHandler)}
 	if _, ok := contract.(kvconnector.DoneNotifier); ok {

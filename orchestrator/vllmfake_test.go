@@ -16,6 +16,9 @@ import (
 
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/kvnotice"
+	"github.com/omnipd/omnipd/stageclient"
+	"net/http/httptest"
+	"testing"
 )
 
 // HTTP protocol fakes of vllm serve engines with a KV connector, as the
@@ -750,3 +753,17 @@ func (b *noticeBoard) landing(reqID, contentKey string) {
 }
 
 func (b *noticeBoard) early(contentKey string) { b.fire(contentKey) }
+
+// enginePool serves h (e, or a wrapper of it) on loopback and makes it a
+// one-instance pool whose peer is e's, at the server's address.
+func enginePool(t testing.TB, e *vllmEngine, name string, h http.Handler) *Pool {
+	t.Helper()
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	cl, err := stageclient.New(stageclient.Config{BaseURL: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.peer.HTTPAddr = strings.TrimPrefix(hs.URL, "http://")
+	return &Pool{Name: name, Instances: []*Instance{{Client: cl, Peer: e.peer}}}
+}

@@ -19,6 +19,7 @@ type Code2WavServer struct {
 	mux     *http.ServeMux
 	log     *slog.Logger
 	metrics *metrics.Stage
+	sim     *code2wavSim // nil unless simulated (simulate_audio.go)
 }
 
 // NewCode2Wav builds a Code2Wav stage worker. secret, when set, is the
@@ -54,7 +55,9 @@ func (s *Code2WavServer) decode(w http.ResponseWriter, r *http.Request) {
 		_ = openai.WriteError(w, openai.InvalidRequest("codes", err.Error()))
 		return
 	}
+	decoded := s.sim.chunk()
 	samples, err := s.model.DecodeChunk(frames, req.ContextFrames)
+	decoded(r.Context(), len(samples))
 	if err == nil {
 		outcome = metrics.OutcomeOK
 		m.Produced(len(samples))

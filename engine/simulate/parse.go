@@ -90,6 +90,15 @@ func Parse(file string, data []byte) (*Profile, error) {
 			{"max_num_seqs", p.count(&prof.MaxNumSeqs, 0)},
 			{"max_num_batched_tokens", p.count(&prof.MaxNumBatchedTokens, 0)},
 		})},
+		{"talker", p.section([]field{
+			{"first_frame", p.linear(&prof.Talker.FirstFrame)},
+			{"frame", p.linear(&prof.Talker.Frame)},
+			{"code_predictor", p.linear(&prof.Talker.CodePredictor)},
+		})},
+		{"code2wav", p.section([]field{
+			{"chunk", p.linear(&prof.Code2Wav.Chunk)},
+			{"frame", p.linear(&prof.Code2Wav.Frame)},
+		})},
 	})
 	p.checkModel(prof)
 	if len(p.errs) > 0 {
@@ -168,6 +177,15 @@ func (p *parser) mapping(n *yaml.Node, path string, fields []field) {
 			p.errorf(k, at, "unknown field; want %s", names(fields))
 		}
 	}
+}
+
+// linear reads an audio stage's cost: base, and per_request for each
+// request in flight on the worker.
+func (p *parser) linear(dst *Linear) func(n *yaml.Node, path string) {
+	return p.section([]field{
+		{"base", p.duration(&dst.Base)},
+		{"per_request", p.duration(&dst.PerUnit)},
+	})
 }
 
 func (p *parser) section(fields []field) func(n *yaml.Node, path string) {

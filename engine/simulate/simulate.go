@@ -55,6 +55,10 @@ type Profile struct {
 	// engine's own setting.
 	MaxNumSeqs          int
 	MaxNumBatchedTokens int
+	// Talker and Code2Wav are the audio stages (audio.go); zero when the
+	// profile models the Thinker alone.
+	Talker   Talker
+	Code2Wav Code2Wav
 }
 
 // Linear is a cost Base + PerUnit·n.

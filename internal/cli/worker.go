@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -54,10 +55,27 @@ context-length error.`,
 			}
 			warnWorkerExposure(host, secret, log)
 			switch stage {
-			case "code2wav":
-				return serveHandler(cmd.Context(), host, port, worker.NewCode2Wav(code2wav.Default(), secret, log), log, stage)
-			case "talker":
-				return serveHandler(cmd.Context(), host, port, worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, log), log, stage)
+			case "code2wav", "talker":
+				sim, err := loadSimulation(simulateProfile)
+				if err != nil {
+					return err
+				}
+				var h http.Handler
+				if stage == "talker" {
+					ts := worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, log)
+					if sim != nil {
+						ts.Simulate(sim.Talker, nil)
+					}
+					h = ts
+				} else {
+					cs := worker.NewCode2Wav(code2wav.Default(), secret, log)
+					if sim != nil {
+						cs.Simulate(sim.Code2Wav, nil)
+					}
+					h = cs
+				}
+				log.Info(stage+" worker", "simulate", simulationName(sim))
+				return serveHandler(cmd.Context(), host, port, h, log, stage)
 			case "thinker":
 			default:
 				return fmt.Errorf("--stage %q: want thinker, talker or code2wav", stage)
@@ -115,7 +133,7 @@ context-length error.`,
 	f.IntVar(&ecfg.NumBlocks, "num-blocks", 4096, "KV cache size in blocks")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
-	f.StringVar(&simulateProfile, "simulate", "", simulateUsage("the Thinker engine"))
+	f.StringVar(&simulateProfile, "simulate", "", simulateUsage("the stage"))
 	return cmd
 }
 

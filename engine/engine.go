@@ -143,6 +143,10 @@ type Event struct {
 	PromptTokens, CachedTokens, CompletionTokens int
 	// Capture holds the conditioning rows when asked for, on the last event.
 	Capture *model.Capture
+	// Rows holds, when conditioning is asked for, the rows computed since
+	// the previous event, on every event: what a stage streaming them
+	// (async chunk) appends. Their union over the events is Capture's rows.
+	Rows *model.Capture
 	// FirstTokenAt is when the first token was sampled (last event).
 	FirstTokenAt time.Time
 }
@@ -251,8 +255,11 @@ type sequence struct {
 	state     seqState
 	cached    int // prompt positions imported
 	capture   *model.Capture
-	firstAt   time.Time
-	simKey    uint64 // what simulated tokens hash, in simulate mode
+	// captureSent is how many capture rows events carried already; it
+	// survives preemption, whose recomputation yields the same rows.
+	captureSent int
+	firstAt     time.Time
+	simKey      uint64 // what simulated tokens hash, in simulate mode
 
 	text    strings.Builder // all text so far, for stop strings
 	emitted int             // bytes of text already sent
@@ -757,7 +764,20 @@ func (e *Engine) emit(s *sequence, tok int) {
 		delta = text[s.emitted:upto]
 		s.emitted = upto
 	}
-	s.send(Event{Token: tok, Text: delta})
+	s.send(Event{Token: tok, Text: delta, Rows: s.newRows()})
+}
+
+// newRows returns the capture rows no event carried yet. The rows are
+// never changed once computed, so the event may share them.
+func (s *sequence) newRows() *model.Capture {
+	if s.capture == nil {
+		return nil
+	}
+	from := min(s.captureSent, len(s.capture.Embeddings))
+	out := &model.Capture{Layer: s.capture.Layer,
+		Embeddings: slices.Clone(s.capture.Embeddings[from:]), Hidden: slices.Clone(s.capture.Hidden[from:])}
+	s.captureSent = max(s.captureSent, len(s.capture.Embeddings))
+	return out
 }
 
 func (s *sequence) send(ev Event) {
@@ -803,6 +823,7 @@ func (e *Engine) finish(s *sequence, reason string, err error) {
 		CachedTokens:     s.cached,
 		CompletionTokens: len(s.tokens) - s.promptLen,
 		Capture:          s.capture,
+		Rows:             s.newRows(),
 		FirstTokenAt:     s.firstAt,
 	}
 	if n := len(s.tokens); n > s.promptLen {

@@ -24,7 +24,7 @@ func prefillBody(req *Request, params map[string]any) ([]byte, error) {
 		delete(c.Extra, "min_completion_tokens")
 		c.KVTransferParams = params
 		key, layer := req.keep.prefill()
-		thinkerExtras(c, key, layer)
+		thinkerExtras(c, key, layer, req.keep.streams())
 		return marshal(c)
 	}
 	c := req.Completion.Clone()
@@ -55,7 +55,7 @@ func decodeBody(req *Request, params map[string]any) ([]byte, error) {
 		c := req.Chat.Clone()
 		c.KVTransferParams = params
 		key, layer := req.keep.thinker()
-		thinkerExtras(c, key, layer)
+		thinkerExtras(c, key, layer, req.keep.streams())
 		return marshal(c)
 	}
 	c := req.Completion.Clone()

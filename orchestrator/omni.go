@@ -35,6 +35,11 @@ type Omni struct {
 	Chunking audio.Chunker
 	// Secret lets the orchestrator release conditioning nobody will fetch.
 	Secret string
+	// AsyncChunk streams the conditioning (the deploy config's async_chunk):
+	// the Thinker legs keep their rows in stashes that grow, and the Talker
+	// of a streamed answer starts once the legs are under way, reading the
+	// rows as the decode computes them, while the text streams on.
+	AsyncChunk bool
 	// Talker sampling defaults (the Talker stage's default_sampling_params).
 	Temperature float64
 	TopK        int
@@ -45,6 +50,8 @@ type Omni struct {
 type conditioning struct {
 	layer                int
 	prefillKey, thinkKey string
+	// stream: the legs keep their rows in stashes that grow (async chunk).
+	stream bool
 
 	mu                   sync.Mutex
 	prefillURL, thinkURL string
@@ -91,15 +98,21 @@ func (c *conditioning) thinker() (string, int) {
 	return c.thinkKey, c.layer
 }
 
+func (c *conditioning) streams() bool { return c != nil && c.stream }
+
 // thinkerExtras prepares every chat Thinker leg: the omni fields a text
 // engine has no use for are removed, and with a key the leg is asked to
 // keep its conditioning.
-func thinkerExtras(c *openai.ChatCompletionRequest, key string, layer int) {
+func thinkerExtras(c *openai.ChatCompletionRequest, key string, layer int, stream bool) {
 	c.Modalities, c.Audio, c.Speaker = nil, nil, nil
 	if key == "" {
 		return
 	}
-	raw, _ := json.Marshal(map[string]any{"key": key, "layer": layer})
+	keep := map[string]any{"key": key, "layer": layer}
+	if stream {
+		keep["stream"] = true
+	}
+	raw, _ := json.Marshal(keep)
 	if c.Extra == nil {
 		c.Extra = map[string]json.RawMessage{}
 	}
@@ -130,7 +143,7 @@ func (o *Orchestrator) omni(ctx context.Context, req *Request, log *slog.Logger)
 	if err := o.preflight(om.Talker, om.Code2Wav); err != nil {
 		return nil, err
 	}
-	cond := &conditioning{layer: om.ConditioningLayer, thinkKey: req.ID + "/thinker"}
+	cond := &conditioning{layer: om.ConditioningLayer, thinkKey: req.ID + "/thinker", stream: om.AsyncChunk}
 	if o.cfg.Contract != nil {
 		cond.prefillKey, cond.thinkKey = req.ID+"/prefill", req.ID+"/decode"
 	}
@@ -176,7 +189,7 @@ func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
 // each codec frame.
 func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, frame func([]int) error) error {
 	om := o.cfg.Omni
-	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames}
+	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames, AsyncChunk: c.stream}
 	raw, _ := json.Marshal(body)
 	in, err := o.take(om.Talker, nil)
 	if err != nil {
@@ -333,6 +346,32 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			}
 		}
 		var base map[string]any
+		// With async chunk the audio runs beside the text from the start:
+		// the text never waits for it, and it waits only for the first
+		// text chunk, whose id and model the audio chunks repeat.
+		baseReady := make(chan struct{})
+		markBase := sync.OnceFunc(func() { close(baseReady) })
+		var audioDone chan struct{}
+		actx, stopAudio := context.WithCancel(ctx)
+		defer stopAudio()
+		if c.stream {
+			audioDone = make(chan struct{})
+			go func() {
+				defer close(audioDone)
+				select {
+				case <-baseReady:
+				case <-actx.Done():
+					return
+				}
+				o.speak(actx, req, c, format, base, send, log)
+			}()
+		}
+		endAudio := func() {
+			stopAudio()
+			if audioDone != nil {
+				<-audioDone
+			}
+		}
 		for {
 			ev, err := res.Next()
 			if errors.Is(err, io.EOF) {
@@ -340,6 +379,7 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			}
 			if err != nil {
 				o.releaseConditioning(c, log)
+				endAudio()
 				errc <- err
 				return
 			}
@@ -349,66 +389,23 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 			}
 			if base == nil {
 				base = map[string]any{"id": chunk["id"], "object": chunk["object"], "created": chunk["created"], "model": chunk["model"]}
+				markBase()
 			}
 			// The text keeps the Thinker's finish_reason on its last chunk,
 			// as the whole answer's text choice does (see finishAudio).
 			chunk["modality"] = openai.ModalityText
 			if wantText && !send(chunk) {
 				o.releaseConditioning(c, log)
+				endAudio()
 				return
 			}
 		}
-		chunker := o.cfg.Omni.Chunking
-		first := true
-		emit := func(ch audio.Chunk) error {
-			samples, err := o.vocode(ctx, req, ch.Frames, ch.Context)
-			if err != nil {
-				return err
-			}
-			data, _ := audio.Encode(format, samples)
-			content := base64.StdEncoding.EncodeToString(data)
-			delta := map[string]any{"content": content}
-			if first {
-				delta["role"] = "assistant"
-				first = false
-			}
-			if !send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
-				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})) {
-				return ctx.Err()
-			}
-			return nil
-		}
-		err := o.talk(ctx, req, c, func(f []int) error {
-			for _, ch := range chunker.Push(f) {
-				if err := emit(ch); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err == nil {
-			for _, ch := range chunker.Flush() {
-				if err = emit(ch); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				log.Info("client went away during the audio")
-				return
-			}
-			log.Error("audio failed after the text was sent", "err", err)
-			ev := openai.Upstream(http.StatusBadGateway, "audio_failed", "the audio stages failed: "+err.Error())
-			var oe *Error
-			if errors.As(err, &oe) {
-				ev = openai.Upstream(oe.Status, oe.Code, "the audio stages failed: "+oe.Msg)
-			}
-			send(withBase(base, map[string]any{"modality": openai.ModalityAudio, "error": ev.Detail}))
+		markBase()
+		if audioDone != nil {
+			<-audioDone
 			return
 		}
-		send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finishAudio}}}))
+		o.speak(ctx, req, c, format, base, send, log)
 	}()
 	out.events = events
 	out.eventErr = errc
@@ -438,4 +435,61 @@ func withBase(base, fields map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// speak streams a request's audio: the Talker's frames in codec chunks,
+// each rendered by Code2Wav and sent as a complete small audio file, then
+// the audio's last chunk (or its error event).
+func (o *Orchestrator) speak(ctx context.Context, req *Request, c *conditioning, format string, base map[string]any, send func(any) bool, log *slog.Logger) {
+	chunker := o.cfg.Omni.Chunking
+	first := true
+	emit := func(ch audio.Chunk) error {
+		samples, err := o.vocode(ctx, req, ch.Frames, ch.Context)
+		if err != nil {
+			return err
+		}
+		data, _ := audio.Encode(format, samples)
+		content := base64.StdEncoding.EncodeToString(data)
+		delta := map[string]any{"content": content}
+		if first {
+			delta["role"] = "assistant"
+			first = false
+		}
+		if !send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}})) {
+			return ctx.Err()
+		}
+		return nil
+	}
+	err := o.talk(ctx, req, c, func(f []int) error {
+		for _, ch := range chunker.Push(f) {
+			if err := emit(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		for _, ch := range chunker.Flush() {
+			if err = emit(ch); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("client went away during the audio")
+			return
+		}
+		log.Error("audio failed after the text was sent", "err", err)
+		ev := openai.Upstream(http.StatusBadGateway, "audio_failed", "the audio stages failed: "+err.Error())
+		var oe *Error
+		if errors.As(err, &oe) {
+			ev = openai.Upstream(oe.Status, oe.Code, "the audio stages failed: "+oe.Msg)
+		}
+		send(withBase(base, map[string]any{"modality": openai.ModalityAudio, "error": ev.Detail}))
+		return
+	}
+	send(withBase(base, map[string]any{"modality": openai.ModalityAudio,
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": finishAudio}}}))
 }

@@ -46,7 +46,7 @@ func newOmniDeploymentWith(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 	return newOmniDeploymentFull(t, pd, breakTalker, 0.9)
 }
 
-func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Server), talkerTemperature float64) *omniDeployment {
+func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Server), talkerTemperature float64, adjust ...func(*orchestrator.Config)) *omniDeployment {
 	t.Helper()
 	d := &omniDeployment{}
 	ocfg := orchestrator.Config{PrefillRetries: 1, Logger: quiet, Metrics: metrics.NewOrchestrator()}
@@ -76,6 +76,9 @@ func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 		Talker:            talkerPool,
 		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), secret, quiet))),
 		ConditioningLayer: 2, Secret: secret, Temperature: talkerTemperature, TopK: 50,
+	}
+	for _, f := range adjust {
+		f(&ocfg)
 	}
 	o, err := orchestrator.New(ocfg)
 	if err != nil {
@@ -140,6 +143,13 @@ func omniWhole(t *testing.T, url, body string) omniAnswer {
 
 func omniStream(t *testing.T, url, body string) omniAnswer {
 	t.Helper()
+	return omniStreamOf(t, url, body, false)
+}
+
+// omniStreamOf reads a streamed omni answer; interleaved allows text after
+// the first audio chunk, as async chunk streams them.
+func omniStreamOf(t *testing.T, url, body string, interleaved bool) omniAnswer {
+	t.Helper()
 	status, _, raw, err := postChat(context.Background(), url, body)
 	if err != nil || status != 200 {
 		t.Fatalf("%d %v %s", status, err, raw)
@@ -173,7 +183,7 @@ func omniStream(t *testing.T, url, body string) omniAnswer {
 			}
 			switch c.Modality {
 			case "text":
-				if audioStarted {
+				if audioStarted && !interleaved {
 					t.Error("text after audio")
 				}
 				a.text += ch.Delta.Content

@@ -35,6 +35,10 @@ type TalkerRequest struct {
 	TopK         int                  `json:"top_k"`
 	Seed         *int64               `json:"seed"`
 	MaxFrames    int                  `json:"max_frames"`
+	// AsyncChunk reads the conditioning while the Thinker still computes
+	// it: each handle names a stash that grows (see stageconn.Store.Open),
+	// and the Talker starts once its prompt's rows are in.
+	AsyncChunk bool `json:"async_chunk,omitempty"`
 }
 
 // TalkerEvent is one SSE event of the Talker stream: a frame (16 codebook

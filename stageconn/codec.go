@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // The wire form: magic "OCND", version 1, then little-endian uint32 counts
@@ -134,32 +135,43 @@ func Release(ctx context.Context, client *http.Client, baseURL, key, secret stri
 }
 
 func call(ctx context.Context, client *http.Client, method, baseURL, key, secret string) ([]byte, error) {
+	body, _, err := callHeader(ctx, client, method, baseURL, url.PathEscape(key), secret)
+	return body, err
+}
+
+// callHeader does one request on the stash at Path+target (an escaped key,
+// perhaps with a query) and returns the body and header of a success.
+func callHeader(ctx context.Context, client *http.Client, method, baseURL, target, secret string) ([]byte, http.Header, error) {
+	key, _, _ := strings.Cut(target, "?")
+	if k, err := url.PathUnescape(key); err == nil {
+		key = k
+	}
 	if client == nil {
 		client = http.DefaultClient
 	}
-	req, err := http.NewRequestWithContext(ctx, method, baseURL+Path+url.PathEscape(key), nil)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+Path+target, nil)
 	if err != nil {
-		return nil, fmt.Errorf("stageconn: %w", err)
+		return nil, nil, fmt.Errorf("stageconn: %w", err)
 	}
 	if secret != "" {
 		req.Header.Set("Authorization", "Bearer "+secret)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("stageconn: %s %s: %w", method, key, err)
+		return nil, nil, fmt.Errorf("stageconn: %s %s: %w", method, key, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4*maxElements+64))
 	if err != nil {
-		return nil, fmt.Errorf("stageconn: read %s: %w", key, err)
+		return nil, nil, fmt.Errorf("stageconn: read %s: %w", key, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: %q at %s", ErrNotFound, key, baseURL)
+		return nil, nil, fmt.Errorf("%w: %q at %s", ErrNotFound, key, baseURL)
 	case resp.StatusCode == http.StatusUnauthorized:
-		return nil, fmt.Errorf("%w at %s", ErrAuth, baseURL)
+		return nil, nil, fmt.Errorf("%w at %s", ErrAuth, baseURL)
 	case resp.StatusCode >= 300:
-		return nil, fmt.Errorf("stageconn: %s %s: HTTP %d: %s", method, key, resp.StatusCode, bytes.TrimSpace(body))
+		return nil, nil, fmt.Errorf("stageconn: %s %s: HTTP %d: %s", method, key, resp.StatusCode, bytes.TrimSpace(body))
 	}
-	return body, nil
+	return body, resp.Header, nil
 }

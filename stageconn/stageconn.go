@@ -36,6 +36,11 @@ var (
 	// ErrReleased: the key was released before it was stashed (the request
 	// ended while its Thinker leg was finishing); the stash is discarded.
 	ErrReleased = errors.New("stageconn: key already released")
+	// ErrGrowing: a whole fetch of a stash that grows (or failed); read it
+	// from an offset instead.
+	ErrGrowing = errors.New("stageconn: the stash is still growing; read it from an offset")
+	// ErrFailed: the Thinker failed before it finished the rows.
+	ErrFailed = errors.New("stageconn: the stash's writer failed")
 )
 
 // Config configures a Store. The zero value works.
@@ -47,13 +52,16 @@ type Config struct {
 	Secret string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ReadWait bounds how long one read over HTTP waits for rows before it
+	// answers with none (default 10 s); the reader then asks again.
+	ReadWait time.Duration
 }
 
 // Store holds stashes by key. Safe for concurrent use.
 type Store struct {
 	cfg     Config
 	mu      sync.Mutex
-	entries map[string]entry
+	entries map[string]*entry
 	// released remembers keys dropped before they were stashed, until the
 	// TTL: a release can overtake the stash it is meant to free.
 	released map[string]time.Time
@@ -65,6 +73,20 @@ type Store struct {
 type entry struct {
 	stash   *Stash
 	expires time.Time
+	// A stash that grows (Open) is open until its writer closes or fails
+	// it; grown is closed, and replaced, whenever it changes, waking the
+	// readers waiting for more (see Read).
+	open  bool
+	err   error
+	grown chan struct{}
+}
+
+// wake tells the readers waiting on e that it changed.
+func (e *entry) wake() {
+	if e.grown != nil {
+		close(e.grown)
+		e.grown = make(chan struct{})
+	}
 }
 
 // NewStore makes a store.
@@ -75,7 +97,10 @@ func NewStore(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, entries: map[string]entry{}, released: map[string]time.Time{}}
+	if cfg.ReadWait <= 0 {
+		cfg.ReadWait = 10 * time.Second
+	}
+	return &Store{cfg: cfg, entries: map[string]*entry{}, released: map[string]time.Time{}}
 }
 
 // Put stashes st under key.
@@ -93,7 +118,7 @@ func (s *Store) Put(key string, st *Stash) error {
 		delete(s.released, key)
 		return fmt.Errorf("%w: %q", ErrReleased, key)
 	}
-	s.entries[key] = entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	s.entries[key] = &entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
 	s.armLocked(s.cfg.TTL)
 	return nil
 }
@@ -107,6 +132,9 @@ func (s *Store) Take(key string) (*Stash, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
+	if e.open || e.err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrGrowing, key)
+	}
 	delete(s.entries, key)
 	return e.stash, nil
 }
@@ -116,9 +144,11 @@ func (s *Store) Take(key string) (*Stash, error) {
 func (s *Store) Drop(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.entries[key]
+	e, ok := s.entries[key]
 	delete(s.entries, key)
-	if !ok {
+	if ok {
+		e.wake()
+	} else {
 		s.released[key] = s.cfg.Now().Add(s.cfg.TTL)
 		s.armLocked(s.cfg.TTL)
 	}
@@ -172,6 +202,7 @@ func (s *Store) sweepLocked() int {
 	for k, e := range s.entries {
 		if now.After(e.expires) {
 			delete(s.entries, k)
+			e.wake()
 			n++
 		}
 	}
@@ -193,7 +224,8 @@ func (s *Store) Len() int {
 }
 
 // Path is where a worker serves its store: GET fetches (and frees) a
-// stash, DELETE drops it.
+// stash, GET with ?from=N reads its rows from offset N (see Read), DELETE
+// drops it.
 const Path = "/v1/omnipd/conditioning/"
 
 // Handler serves the store at Path. Mount it under Path.
@@ -206,6 +238,10 @@ func (s *Store) Handler() http.Handler {
 		key := r.PathValue("key")
 		switch r.Method {
 		case http.MethodGet:
+			if r.URL.Query().Has("from") {
+				s.serveRead(w, r, key)
+				return
+			}
 			st, err := s.Take(key)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusNotFound)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ type generation struct {
 type conditioningRequest struct {
 	Key   string `json:"key"`
 	Layer int    `json:"layer"`
+	// Stream keeps the rows in a stash that grows as the engine computes
+	// them (async chunk), open from before the engine starts the request,
+	// so that the Talker may read them while this request still decodes.
+	Stream bool `json:"stream"`
 }
 
 // Default max_tokens: OpenAI's 16 for completions; for chat, the rest of
@@ -198,11 +203,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		req.Import = s.kv.importer(plan, &importStarted)
 		req.RecomputeOnImportFailure = s.kv.cfg.LoadFailurePolicy == "recompute"
 	}
+	grow, err := s.openGrowing(g, id)
+	if err != nil {
+		return err
+	}
 	events, err := s.eng.Submit(ctx, req)
 	if err != nil {
 		if plan != nil && plan.imports {
 			s.kv.release(plan)
 		}
+		grow.end(err)
 		return err
 	}
 	out := &responder{s: s, w: w, g: g, id: id, start: start, created: start.Unix()}
@@ -223,6 +233,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 			}
 			prev = now
 			tokens = append(tokens, ev.Token)
+			grow.add(ev, []int{ev.Token})
+		} else {
+			grow.add(ev, nil)
 		}
 		if ev.Finished {
 			last = ev
@@ -241,6 +254,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		s.kv.release(plan)
 	}
 	s.metrics.RecordFinished(last.FinishReason, time.Since(start))
+	switch {
+	case last.Err != nil:
+		grow.end(last.Err)
+	case last.FinishReason == "abort":
+		grow.end(ctx.Err())
+	default:
+		grow.end(nil)
+	}
 	if last.Err != nil && last.FinishReason != "abort" {
 		if last.CachedTokens == 0 && plan != nil && plan.imports {
 			s.metrics.RecordKVImportFailure()
@@ -258,7 +279,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: last.CachedTokens},
 	}
 	var handle any
-	if g.conditioning != nil && last.Capture != nil && ctx.Err() == nil {
+	if grow != nil && grow.store != nil {
+		handle = map[string]any{"key": g.conditioning.Key, "rows": len(last.Capture.Embeddings)}
+	} else if g.conditioning != nil && last.Capture != nil && ctx.Err() == nil {
 		st := &stageconn.Stash{
 			Embed: last.Capture.Embeddings, Hidden: last.Capture.Hidden,
 			TTSPad: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[2]),
@@ -422,4 +445,60 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// growing is a request's stash that grows (async chunk); nil when the
+// request keeps its rows the batch way or keeps none.
+type growing struct {
+	store *stageconn.Store
+	key   string
+	id    string
+	s     *Server
+	// gone: the stash was released or expired; nobody reads more.
+	gone bool
+}
+
+// openGrowing opens the stash before the engine starts, so that it exists
+// by the time the response (or the KV a decode waits for) leaves.
+func (s *Server) openGrowing(g *generation, id string) (*growing, error) {
+	if g.conditioning == nil || !g.conditioning.Stream {
+		return nil, nil
+	}
+	m := s.eng.Model()
+	head := &stageconn.Stash{
+		TTSPad: m.Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: m.Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: m.Embedding(s.cfg.TTSTokenIDs[2]),
+		TokenIDs: slices.Clone(g.prompt), PromptTokenIDs: g.prompt,
+	}
+	switch err := s.stashes.Open(g.conditioning.Key, head); {
+	case errors.Is(err, stageconn.ErrReleased):
+		s.log.Debug("conditioning released before it was kept", "request_id", id)
+		return &growing{gone: true}, nil
+	case err != nil:
+		return nil, openai.InvalidRequest("omnipd_conditioning", err.Error())
+	}
+	return &growing{store: s.stashes, key: g.conditioning.Key, id: id, s: s}, nil
+}
+
+// add appends the rows an event carries, with the token they bring.
+func (gr *growing) add(ev engine.Event, tokens []int) {
+	if gr == nil || gr.gone || ev.Rows == nil {
+		return
+	}
+	if err := gr.store.Append(gr.key, ev.Rows.Embeddings, ev.Rows.Hidden, tokens); err != nil {
+		gr.gone = true
+		gr.s.log.Debug("conditioning no longer wanted", "request_id", gr.id, "err", err)
+	}
+}
+
+// end closes the stash, or fails it with cause.
+func (gr *growing) end(cause error) {
+	if gr == nil || gr.gone {
+		return
+	}
+	gr.gone = true
+	if cause != nil {
+		_ = gr.store.Fail(gr.key, cause)
+		return
+	}
+	_ = gr.store.Close(gr.key)
 }

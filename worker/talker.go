@@ -26,6 +26,7 @@ type TalkerServer struct {
 	mux     *http.ServeMux
 	log     *slog.Logger
 	metrics *metrics.Stage
+	sim     *talkerSim // nil unless simulated (simulate_audio.go)
 }
 
 // NewTalker builds a Talker stage worker. secret is the deployment's: it
@@ -64,7 +65,18 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 		_ = openai.WriteError(w, openai.InvalidRequest("conditioning", "give one handle (colocated Thinker) or two (prefill, then decode)"))
 		return
 	}
-	c, err := s.fetch(r.Context(), req.Conditioning)
+	var (
+		c    *talker.Conditioning
+		feed *stashFeed
+		err  error
+	)
+	if req.AsyncChunk {
+		feed = &stashFeed{s: s, ctx: r.Context(), handles: req.Conditioning}
+		defer feed.release()
+		c, err = feed.head()
+	} else {
+		c, err = s.fetch(r.Context(), req.Conditioning)
+	}
 	if err != nil {
 		status := http.StatusBadGateway
 		if errors.Is(err, stageconn.ErrNotFound) {
@@ -77,11 +89,19 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	params := talker.Params{Temperature: req.Temperature, TopK: req.TopK, Seed: req.Seed, MaxFrames: req.MaxFrames}
 	sse := openai.NewSSEWriter(w)
 	frames := 0
-	err = s.model.Generate(c, s.seg, params, func(frame []int) bool {
+	pace := s.sim.start()
+	defer pace.done()
+	emit := func(frame []int) bool {
+		pace.frame(r.Context())
 		frames++
 		m.Produced(1)
 		return sse.WriteEvent(stageapi.TalkerEvent{Frame: frame}) == nil && r.Context().Err() == nil
-	})
+	}
+	if feed != nil {
+		err = s.model.GenerateFeed(c, feed, s.seg, params, emit)
+	} else {
+		err = s.model.Generate(c, s.seg, params, emit)
+	}
 	switch {
 	case r.Context().Err() != nil:
 		outcome = metrics.OutcomeCancelled

@@ -58,55 +58,7 @@ func (m *Model) Generate(c *Conditioning, s Segmenter, p Params, emit func(frame
 	if err != nil {
 		return err
 	}
-	pr := m.buildPrompt(c, pl, s.Multimodal)
-	maxFrames := p.MaxFrames
-	if maxFrames == 0 {
-		maxFrames = m.Config.DefaultMaxFrames
-	}
-	var rng *rand.Rand
-	if p.Temperature > 0 {
-		seed := rand.Uint64()
-		if p.Seed != nil {
-			seed = uint64(*p.Seed)
-		}
-		rng = rand.New(rand.NewPCG(seed, seed^0x5deece66d))
-	}
-	st := m.newState(len(pr.rows) + maxFrames)
-	var hid []float32
-	for _, row := range pr.rows {
-		hid = st.forward(row)
-	}
-	smp := sampler{p: p, rng: rng}
-	frame := make([]int, Codebooks)
-	h := m.Config.Hidden
-	in := make([]float32, h)
-	padInputs := 0 // steps whose text input was tts_pad, counting the current one
-	for step := 0; step < maxFrames; step++ {
-		forceStop := m.Config.TailFrames >= 0 && padInputs > m.Config.TailFrames
-		frame[0] = m.firstCode(&smp, hid, forceStop)
-		if frame[0] == StopCode {
-			return nil
-		}
-		m.predict(&smp, hid, frame)
-		if !emit(frame) {
-			return nil
-		}
-		if step+1 == maxFrames {
-			return nil // the next input would be computed for nothing
-		}
-		copy(in, m.codecEmbed[frame[0]*h:(frame[0]+1)*h])
-		for j := 1; j < Codebooks; j++ {
-			kernel.Add(in, m.predEmbed[j-1][frame[j]*h:(frame[j]+1)*h])
-		}
-		if step < len(pr.trailing) {
-			kernel.Add(in, pr.trailing[step])
-		} else {
-			kernel.Add(in, pr.pad)
-			padInputs++
-		}
-		hid = st.forward(in)
-	}
-	return nil
+	return m.run(wholeRows{c}, c, pl, s.Multimodal, p, emit)
 }
 
 // firstCode picks the first codebook id from the final hidden state. Only

@@ -93,7 +93,7 @@ serve on one host need only different --port values.`,
 	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.DurationVar(&stageIdle, "stage-idle-timeout", orchestrator.DefaultStageIdleTimeout,
 		"how long a stage after the prefill (decode, Talker, Code2Wav) may send nothing — a stream's next event, or a whole answer — before the request fails with 504 (0: wait forever)")
-	f.String("simulate", "", simulateUsage("every Thinker worker omnipd starts"))
+	f.String("simulate", "", simulateUsage("every worker omnipd starts (Thinker, Talker, Code2Wav)"))
 	access.register(cmd)
 	return cmd
 }
@@ -241,7 +241,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				} else {
 					spec.Args = []string{"--stage", s.ModelStage}
 				}
-				if s.ModelStage == "thinker" && simulateArg != "" {
+				if simulateArg != "" {
 					spec.Args = append(spec.Args, "--simulate", simulateArg)
 				}
 				if o.debugAddr != "" {
@@ -406,7 +406,7 @@ func kvHost(s *deploy.Stage) string {
 // codec chunking from the stage connector that feeds Code2Wav, as vllm-omni
 // reads them.
 func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
-	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer}
+	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.AsyncChunk}
 	for _, s := range doc.Stages {
 		switch s.ModelStage {
 		case "thinker":

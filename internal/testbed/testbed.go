@@ -53,6 +53,9 @@ type Options struct {
 	Prefills, Decodes int
 	// Omni adds the Talker and Code2Wav stages, so chat answers carry audio.
 	Omni bool
+	// AsyncChunk streams the Thinker's conditioning to the Talker (the
+	// deploy config's async_chunk).
+	AsyncChunk bool
 	// LeaseSeconds is how long exported KV waits to be claimed (default 2).
 	LeaseSeconds float64
 	// NoSharedMemory keeps KV on the side channel's TCP, which every
@@ -221,7 +224,7 @@ func Start(t testing.TB, opts Options) *Deployment {
 			Talker:   &orchestrator.Pool{Name: "talker", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Talker.HTTP.URL())}}},
 			Code2Wav: &orchestrator.Pool{Name: "code2wav", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Code2Wav.HTTP.URL())}}},
 			// The reference Thinker's middle layer, as omnipd serve uses.
-			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50,
+			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
 		}
 	}
 	orch, err := orchestrator.New(ocfg)

@@ -1,0 +1,194 @@
+package stageconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+)
+
+// A stash that grows serves async chunking: the Thinker worker opens it
+// when the request starts, appends each step's rows as the engine computes
+// them and closes it when the request ends, while the Talker reads it from
+// an offset, waiting when it has read everything so far. A put stash is one
+// that was closed from the start: Read serves both.
+
+// Open starts a stash under key that grows. head carries what is known
+// before the first step (the TTS embeddings, the prompt ids) and may hold
+// rows already.
+func (s *Store) Open(key string, head *Stash) error {
+	if err := s.Put(key, head); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.entries[key]; ok {
+		e.open, e.grown = true, make(chan struct{})
+	}
+	return nil
+}
+
+// Append adds rows (one embed and one hidden per position) and the tokens
+// they bring to an open stash. The store keeps the slices: the caller must
+// not change them afterwards. ErrNotFound means the stash was released or
+// expired: nobody will read more, so the writer stops.
+func (s *Store) Append(key string, embed, hidden [][]float32, tokens []int) error {
+	if len(embed) != len(hidden) {
+		return fmt.Errorf("stageconn: %d embed rows but %d hidden rows", len(embed), len(hidden))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.openLocked(key)
+	if err != nil {
+		return err
+	}
+	e.stash.Embed = append(e.stash.Embed, embed...)
+	e.stash.Hidden = append(e.stash.Hidden, hidden...)
+	e.stash.TokenIDs = append(e.stash.TokenIDs, tokens...)
+	e.expires = s.cfg.Now().Add(s.cfg.TTL)
+	e.wake()
+	return nil
+}
+
+// Close marks an open stash complete: readers get its last rows with done.
+func (s *Store) Close(key string) error {
+	return s.end(key, nil)
+}
+
+// Fail marks an open stash failed: its readers get ErrFailed with cause.
+func (s *Store) Fail(key string, cause error) error {
+	if cause == nil {
+		cause = errors.New("unknown cause")
+	}
+	return s.end(key, cause)
+}
+
+func (s *Store) end(key string, cause error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.openLocked(key)
+	if err != nil {
+		return err
+	}
+	e.open, e.err = false, cause
+	e.expires = s.cfg.Now().Add(s.cfg.TTL)
+	e.wake()
+	return nil
+}
+
+func (s *Store) openLocked(key string) (*entry, error) {
+	s.sweepLocked()
+	e, ok := s.entries[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	if !e.open {
+		return nil, fmt.Errorf("stageconn: stash %q is not open", key)
+	}
+	return e, nil
+}
+
+// Read returns the rows of key from row offset from on, with the stash's
+// TTS embeddings and ids, waiting while there are none yet and the stash is
+// open, until ctx ends. done says the rows returned are the last: the
+// stash is freed then, as a whole fetch frees it.
+func (s *Store) Read(ctx context.Context, key string, from int) (*Stash, bool, error) {
+	if from < 0 {
+		return nil, false, fmt.Errorf("stageconn: negative offset %d", from)
+	}
+	for {
+		s.mu.Lock()
+		s.sweepLocked()
+		e, ok := s.entries[key]
+		if !ok {
+			s.mu.Unlock()
+			return nil, false, fmt.Errorf("%w: %q", ErrNotFound, key)
+		}
+		if e.err != nil {
+			delete(s.entries, key)
+			s.mu.Unlock()
+			return nil, false, fmt.Errorf("%w: %q: %v", ErrFailed, key, e.err)
+		}
+		n := len(e.stash.Embed)
+		if from > n && !e.open {
+			s.mu.Unlock()
+			return nil, false, fmt.Errorf("stageconn: offset %d is past the %d rows of %q", from, n, key)
+		}
+		if from < n || !e.open {
+			st := *e.stash
+			st.Embed = slices.Clone(st.Embed[min(from, n):])
+			st.Hidden = slices.Clone(st.Hidden[min(from, n):])
+			st.TokenIDs = slices.Clone(st.TokenIDs)
+			done := !e.open
+			if done {
+				delete(s.entries, key)
+			} else {
+				e.expires = s.cfg.Now().Add(s.cfg.TTL)
+			}
+			s.mu.Unlock()
+			return &st, done, nil
+		}
+		grown := e.grown
+		s.mu.Unlock()
+		select {
+		case <-grown:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// DoneHeader is set to "true" on the answer to a read whose rows are the
+// stash's last.
+const DoneHeader = "Omnipd-Conditioning-Done"
+
+func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
+	from, err := strconv.Atoi(r.URL.Query().Get("from"))
+	if err != nil || from < 0 {
+		http.Error(w, "stageconn: from must be a row offset", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadWait)
+	defer cancel()
+	st, done, err := s.Read(ctx, key, from)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		// Nothing new yet: an empty answer, and the reader asks again.
+		st, done, err = &Stash{}, false, nil
+	case errors.Is(err, ErrNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case errors.Is(err, ErrFailed):
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	body, err := Encode(st)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(DoneHeader, strconv.FormatBool(done))
+	_, _ = w.Write(body)
+}
+
+// FetchFrom reads a stash's rows from offset from at the worker at
+// baseURL (see Store.Read): none when nothing came in the worker's wait,
+// done with the last. The worker frees the stash once done was sent.
+func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*Stash, bool, error) {
+	body, hdr, err := callHeader(ctx, client, http.MethodGet, baseURL, url.PathEscape(key)+"?from="+strconv.Itoa(from), secret)
+	if err != nil {
+		return nil, false, err
+	}
+	st, err := Decode(body)
+	if err != nil {
+		return nil, false, err
+	}
+	return st, hdr.Get(DoneHeader) == "true", nil
+}

@@ -223,5 +223,67 @@ func (d *Document) Summary() string {
 		}
 		b.WriteString("\n")
 	}
+	d.writeStreamedEdges(&b)
 	return b.String()
+}
+
+// writeStreamedEdges says which edges of an audio pipeline stream: with
+// async_chunk the Thinker's conditioning rows reach the Talker as they are
+// made (under PD the prompt's rows from the prefill, the rest from the
+// decode), without it once the Thinker has finished; a streamed answer's
+// codec frames reach Code2Wav in chunks either way.
+func (d *Document) writeStreamedEdges(b *strings.Builder) {
+	var thinkers []string
+	maker := "the Thinker"
+	for _, s := range d.Stages {
+		if s.ModelStage == "thinker" {
+			thinkers = append(thinkers, fmt.Sprintf("[%d]", s.ID))
+			if s.Role == topology.RoleDecode {
+				maker = "the decode"
+			}
+		}
+	}
+	for _, s := range d.Stages {
+		switch s.ModelStage {
+		case "talker":
+			from := strings.Join(thinkers, ",")
+			if d.AsyncChunk {
+				fmt.Fprintf(b, "  streams: %s -> [%d] conditioning rows as %s makes them\n", from, s.ID, maker)
+			} else {
+				fmt.Fprintf(b, "  waits: %s -> [%d] conditioning once the Thinker has finished (async_chunk: false)\n", from, s.ID)
+			}
+		case "code2wav":
+			for _, in := range s.InputConnectors {
+				first, size, left, ok := d.codecChunking(in.Name)
+				if !ok {
+					continue
+				}
+				fmt.Fprintf(b, "  streams: [%d] -> [%d] codec frames in chunks of %d, then %d (left context %d), for streamed answers\n", in.Stage, s.ID, first, size, left)
+			}
+		}
+	}
+}
+
+// codecChunking reads the codec chunk sizes of the connector named name, as
+// serve hands them to the orchestrator; ok is false when it sets none.
+func (d *Document) codecChunking(name string) (first, size, left int, ok bool) {
+	for _, c := range d.Connectors {
+		if c.Name != name || c.Extra == nil {
+			continue
+		}
+		get := func(key string) int {
+			if v := c.Extra.Get(key); v != nil {
+				n, _ := strconv.Atoi(v.Value)
+				return n
+			}
+			return 0
+		}
+		size, left = get("codec_chunk_frames"), get("codec_left_context_frames")
+		first = get("initial_codec_chunk_frames")
+		if first == 0 {
+			first = size
+		}
+		return first, size, left, size > 0
+	}
+	return 0, 0, 0, false
 }

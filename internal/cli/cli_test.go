@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -190,4 +191,53 @@ func TestChildDebugAddr(t *testing.T) {
 			t.Errorf("childDebugAddr(%q) = %q, want %q", addr, got, want)
 		}
 	}
+}
+
+// validate says which edges stream: with async_chunk the Thinker's rows
+// reach the Talker as the decode makes them (under PD the prompt's rows
+// from the prefill), and the codec frames reach Code2Wav in chunks;
+// without it the Talker waits for the whole answer.
+func TestValidateSaysWhichEdgesStream(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		async bool
+		pd    bool
+		want  []string
+	}{
+		{async: true, pd: true, want: []string{
+			"streams: [0],[1] -> [2] conditioning rows as the decode makes them",
+			"streams: [2] -> [3] codec frames in chunks of 4, then 25 (left context 25)"}},
+		{async: true, pd: false, want: []string{
+			"streams: [0] -> [1] conditioning rows as the Thinker makes them"}},
+		{async: false, pd: true, want: []string{
+			"waits: [0],[1] -> [2] conditioning once the Thinker has finished (async_chunk: false)"}},
+	} {
+		cfg := filepath.Join(dir, fmt.Sprintf("async-%v.yaml", tt.async))
+		text := fmt.Sprintf("base_config: %s\nasync_chunk: %v\n", mustAbs(t, fixtures+"qwen3_omni_moe.yaml"), tt.async)
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"validate", cfg}
+		if tt.pd {
+			args = []string{"validate", "--pd", cfg}
+		}
+		code, out, errOut := run(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+		}
+		for _, want := range tt.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("async_chunk %v, pd %v: summary lacks %q:\n%s", tt.async, tt.pd, want, out)
+			}
+		}
+	}
+}
+
+func mustAbs(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }

@@ -39,6 +39,7 @@ func newServeCmd() *cobra.Command {
 		drainTimeout time.Duration
 		modelName    string
 		stageIdle    time.Duration
+		asyncChunk   bool
 	)
 	var access accessOptions
 	cmd := &cobra.Command{
@@ -49,7 +50,10 @@ default: Qwen3-Omni's Thinker split into prefill and decode on reference
 workers that omnipd starts as child processes on loopback. With --config it
 serves any validated topology; a stage with endpoints: is already running
 (vllm serve, say) and is not started. --pd=false serves the same pipeline
-with the Thinker colocated, for comparison. /health is ready only when a
+with the Thinker colocated, for comparison; --async-chunk=false (or =true)
+overrides the config's async_chunk, to compare the Talker reading the
+Thinker's rows as the decode makes them with reading them once it is done.
+/health is ready only when a
 request can succeed: every stage answers its /health and takes the
 deployment secret; else 503 says which stage is not, and why.
 
@@ -65,6 +69,9 @@ serve on one host need only different --port values.`,
 			doc, err := loadConfig(configPath, opts, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("async-chunk") {
+				doc.AsyncChunk = asyncChunk
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if percent, set := serveGCPercent(os.Getenv("GOGC")); set {
@@ -89,6 +96,9 @@ serve on one host need only different --port values.`,
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&port, "port", 8000, "port to listen on")
 	f.BoolVar(&pd, "pd", true, "disaggregate the Thinker into prefill and decode (false: one colocated Thinker stage)")
+	// Unset (Changed false), the config decides; the zero default keeps
+	// cobra from printing a default that is not one.
+	f.BoolVar(&asyncChunk, "async-chunk", false, "stream the Thinker's rows to the Talker as the decode makes them, so audio starts while the text streams (default: the config's async_chunk)")
 	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.DurationVar(&stageIdle, "stage-idle-timeout", orchestrator.DefaultStageIdleTimeout,

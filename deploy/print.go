@@ -248,7 +248,7 @@ func (d *Document) writeStreamedEdges(b *strings.Builder) {
 		case "talker":
 			from := strings.Join(thinkers, ",")
 			if d.AsyncChunk {
-				fmt.Fprintf(b, "  streams: %s -> [%d] conditioning rows as %s makes them\n", from, s.ID, maker)
+				fmt.Fprintf(b, "  streams: %s -> [%d] conditioning rows as %s makes them, for streamed answers (a whole answer waits for the Thinker)\n", from, s.ID, maker)
 			} else {
 				fmt.Fprintf(b, "  waits: %s -> [%d] conditioning once the Thinker has finished (async_chunk: false)\n", from, s.ID)
 			}

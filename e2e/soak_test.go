@@ -71,7 +71,9 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("OMNIPD_SOAK=%q: want a positive duration such as 60s", v)
 		}
 	}
-	d := testbed.Start(t, testbed.Options{Omni: true, Prefills: 2, Decodes: 2, PrefillRetries: 1})
+	// The omni requests run with async chunk on: the Talker reads the
+	// decode's rows as they grow, beside the text.
+	d := testbed.Start(t, testbed.Options{Omni: true, AsyncChunk: true, Prefills: 2, Decodes: 2, PrefillRetries: 1})
 	warm(t, d)
 
 	var deck []soakKind

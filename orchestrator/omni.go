@@ -19,6 +19,7 @@ import (
 	"github.com/omnipd/omnipd/audio"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageapi"
+	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/stageconn"
 )
 
@@ -171,6 +172,13 @@ func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
 	if fetched {
 		return
 	}
+	o.freeConditioning(c, log)
+}
+
+// freeConditioning tells each Thinker worker to drop c's stash, in the
+// background: one the worker already dropped answers not found, which is
+// fine.
+func (o *Orchestrator) freeConditioning(c *conditioning, log *slog.Logger) {
 	for _, h := range c.handles() {
 		if h.URL == "" {
 			continue
@@ -214,6 +222,20 @@ func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, 
 	c.fetched = true // the Talker took them
 	c.mu.Unlock()
 	defer s.Close()
+	err = o.relayFrames(s, dog, frame)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// A Talker that failed after it took the conditioning may never
+		// free it (a crashed process frees nothing): free it here rather
+		// than leave it to its TTL. A client that left cancels the Talker's
+		// own request, and the Talker frees what it took.
+		o.freeConditioning(c, o.log.With("request_id", req.ID))
+	}
+	return err
+}
+
+// relayFrames passes each codec frame of the Talker's stream s to frame,
+// until the stream ends (nil) or fails.
+func (o *Orchestrator) relayFrames(s *stageclient.Stream, dog *watchdog, frame func([]int) error) error {
 	for {
 		dog.arm()
 		ev, err := s.Next()

@@ -76,7 +76,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	if c.Clock == nil {
-		c.Clock = wallClock{}
+		c.Clock = WallClock{}
 	}
 	if c.BlockSize <= 0 {
 		c.BlockSize = kvcache.DefaultBlockSize

@@ -40,11 +40,13 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration)
 }
 
-type wallClock struct{}
+// WallClock is the host's clock: the Clock every simulated stage uses unless
+// a test gives it another.
+type WallClock struct{}
 
-func (wallClock) Now() time.Time { return time.Now() }
+func (WallClock) Now() time.Time { return time.Now() }
 
-func (wallClock) Sleep(ctx context.Context, d time.Duration) {
+func (WallClock) Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -198,7 +198,7 @@ func TestZeroProfileNeverWaits(t *testing.T) {
 // and stop token ids still end it.
 func TestSimulatedOutput(t *testing.T) {
 	zero, _ := simulate.Load("zero")
-	e := newSim(t, Config{}, zero, wallClock{})
+	e := newSim(t, Config{}, zero, WallClock{})
 	runEngine(t, e)
 	prompt := []int{'a', 'b', 'c', 'd'}
 	const n = 64
@@ -316,8 +316,8 @@ func TestSimulatedDisaggregation(t *testing.T) {
 // failure, not silently wrong output.
 func TestSimulatedImportChecksKV(t *testing.T) {
 	zero, _ := simulate.Load("zero")
-	prefill := newSim(t, Config{}, zero, wallClock{})
-	decode := newSim(t, Config{}, zero, wallClock{})
+	prefill := newSim(t, Config{}, zero, WallClock{})
+	decode := newSim(t, Config{}, zero, WallClock{})
 	runEngine(t, prefill)
 	runEngine(t, decode)
 	path := &copyImport{from: prefill, blocks: map[string][]int{}, tokens: map[string]int{}}
@@ -354,7 +354,7 @@ func TestSimulatedImportChecksKV(t *testing.T) {
 // A modeled step of an hour does not hold the engine when it stops.
 func TestSimulatedStepStopsWithEngine(t *testing.T) {
 	slow := &simulate.Profile{Prefill: simulate.Linear{Base: time.Hour}}
-	e := newSim(t, Config{}, slow, wallClock{})
+	e := newSim(t, Config{}, slow, WallClock{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
@@ -375,11 +375,11 @@ func TestSimulatedStepStopsWithEngine(t *testing.T) {
 // The profile's batching caps apply unless the config sets its own.
 func TestSimulateProfileCaps(t *testing.T) {
 	p := &simulate.Profile{MaxNumSeqs: 3, MaxNumBatchedTokens: 100}
-	e := newSim(t, Config{}, p, wallClock{})
+	e := newSim(t, Config{}, p, WallClock{})
 	if e.cfg.MaxNumSeqs != 3 || e.cfg.MaxNumBatchedTokens != 100 {
 		t.Errorf("caps %d/%d, want the profile's 3/100", e.cfg.MaxNumSeqs, e.cfg.MaxNumBatchedTokens)
 	}
-	e = newSim(t, Config{MaxNumSeqs: 9, MaxNumBatchedTokens: 50}, p, wallClock{})
+	e = newSim(t, Config{MaxNumSeqs: 9, MaxNumBatchedTokens: 50}, p, WallClock{})
 	if e.cfg.MaxNumSeqs != 9 || e.cfg.MaxNumBatchedTokens != 50 {
 		t.Errorf("caps %d/%d, want the config's 9/50", e.cfg.MaxNumSeqs, e.cfg.MaxNumBatchedTokens)
 	}

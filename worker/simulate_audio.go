@@ -22,22 +22,6 @@ import (
 // of shortened frames.
 const maxCatchUp = 2 * time.Millisecond
 
-// wallClock is the default clock of a simulated audio stage.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
-func (wallClock) Sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-var _ engine.Clock = wallClock{}
-
 // pacer waits on a clock and counts the requests in flight on a stage.
 type pacer struct {
 	clock    engine.Clock
@@ -46,7 +30,7 @@ type pacer struct {
 
 func newPacer(clock engine.Clock) pacer {
 	if clock == nil {
-		clock = wallClock{}
+		clock = engine.WallClock{}
 	}
 	return pacer{clock: clock}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,8 +15,6 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/metrics"
-	"github.com/omnipd/omnipd/orchestrator"
-	"github.com/omnipd/omnipd/stageclient"
 )
 
 // The front door under a hostile client: every test here serves the API
@@ -75,19 +72,7 @@ func (f *fakeThinker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serves it, and returns its address and metrics.
 func frontDoor(t *testing.T, stage http.Handler, cfg Config, hc HTTPConfig) (string, *metrics.Orchestrator) {
 	t.Helper()
-	up := httptest.NewServer(stage)
-	t.Cleanup(up.Close)
-	c, err := stageclient.New(stageclient.Config{BaseURL: up.URL, Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := metrics.NewOrchestrator()
-	o, err := orchestrator.New(orchestrator.Config{
-		Decode: &orchestrator.Pool{Name: "thinker", Instances: []*orchestrator.Instance{{Client: c}}}, Logger: quiet, Metrics: m,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, m := thinkerOrchestrator(t, stage)
 	cfg.Orchestrator, cfg.Metrics, cfg.Logger, cfg.ModelName = o, m, quiet, "omnipd-reference"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

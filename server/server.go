@@ -11,7 +11,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -327,31 +326,42 @@ type bodyError struct {
 func (e *bodyError) Error() string { return "reading request body: " + e.cause.Error() }
 func (e *bodyError) Unwrap() error { return e.cause }
 
-// readBody reads r's whole body, within BodyTimeout and MaxBodyBytes. The
-// deadline is the connection's read deadline, set through
-// http.ResponseController and lifted once the body is in, so it bounds a
-// client that trickles its body and nothing after it.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// decodeBody decodes r's body with decode, which reads it once, within
+// BodyTimeout and MaxBodyBytes. The deadline is the connection's read
+// deadline, set through http.ResponseController and lifted once the body is
+// in, so it bounds a client that trickles its body and nothing after it.
+func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func(io.Reader, int64) (T, error)) (T, error) {
 	rc := http.NewResponseController(w)
 	if s.cfg.BodyTimeout > 0 {
 		if err := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)); err != nil {
-			return nil, fmt.Errorf("setting the body deadline: %w", err)
+			var zero T
+			return zero, fmt.Errorf("setting the body deadline: %w", err)
 		}
 	}
-	limit := s.cfg.MaxBodyBytes
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		// The deadline stays: what net/http reads of the rest must fail
-		// at once, not wait on the client.
-		return nil, &bodyError{resp: s.bodyFailure(r, len(body), err), cause: err}
-	}
-	if s.cfg.BodyTimeout > 0 {
+	req, err := decode(&bodyReader{s: s, r: r}, s.cfg.MaxBodyBytes)
+	var bodyErr *bodyError
+	if s.cfg.BodyTimeout > 0 && !errors.As(err, &bodyErr) {
+		// On a failed read the deadline stays: what net/http reads of the
+		// rest must fail at once, not wait on the client.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	if int64(len(body)) > limit {
-		return nil, openai.RequestTooLarge(limit)
+	return req, err
+}
+
+// bodyReader is r's body, its read errors turned into *bodyError.
+type bodyReader struct {
+	s *Server
+	r *http.Request
+	n int // bytes read so far
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Body.Read(p)
+	b.n += n
+	if err != nil && err != io.EOF {
+		return n, &bodyError{resp: b.s.bodyFailure(b.r, b.n, err), cause: err}
 	}
-	return body, nil
+	return n, err
 }
 
 // bodyFailure is what a client is told when its body could not be read
@@ -377,11 +387,7 @@ func (s *Server) bodyFailure(r *http.Request, n int, err error) *openai.ErrorRes
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	req, err := openai.DecodeChatRequest(bytes.NewReader(body), 0)
+	req, err := decodeBody(s, w, r, openai.DecodeChatRequest)
 	if err != nil {
 		return err
 	}
@@ -401,11 +407,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	req, err := openai.DecodeCompletionRequest(bytes.NewReader(body), 0)
+	req, err := decodeBody(s, w, r, openai.DecodeCompletionRequest)
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -20,43 +17,7 @@ import (
 // the test ends.
 func frontDoorServe(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--port", "0"}, args...)...)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	addr := regexp.MustCompile(`on (http://\S+)`)
-	for deadline := time.Now().Add(90 * time.Second); ; {
-		if m := addr.FindStringSubmatch(out.String()); m != nil {
-			if resp, err := http.Get(m[1] + "/health"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return m[1]
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("omnipd serve not healthy within 90s:\n%s", out.String())
-		}
-		select {
-		case <-exited:
-			t.Fatalf("omnipd serve exited: %v\n%s", waitErr, out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return startServe(t, bin, append([]string{"--port", "0"}, args...)...).url(t)
 }
 
 // Bodies trickled a byte at a time over 200 connections — far more than

@@ -24,20 +24,6 @@ func listen(host string, port int) (net.Listener, error) {
 	return ln, nil
 }
 
-// serveHTTP listens on host:port and serves h on it (serveListener).
-func serveHTTP(ctx context.Context, host string, port int, h http.Handler, drain time.Duration, listening func(net.Addr), stopping func()) error {
-	ln, err := listen(host, port)
-	if err != nil {
-		return err
-	}
-	return serveListener(ctx, ln, h, drain, listening, stopping)
-}
-
-// serveListener is serveListenerWith at the default HTTP limits.
-func serveListener(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration, listening func(net.Addr), stopping func()) error {
-	return serveListenerWith(ctx, ln, h, server.HTTPConfig{}, drain, listening, stopping)
-}
-
 // serveListenerWith calls listening with ln's address and serves h on ln,
 // as server.NewHTTPServer and server.LimitListener build it with hc, until
 // ctx ends; then it stops accepting and lets requests in flight finish for

@@ -33,12 +33,20 @@ func (f *lmcacheFake) prefill(t testing.TB, l leg) json.RawMessage {
 
 func (f *lmcacheFake) decode(t testing.TB, l leg) {
 	t.Helper()
+	importByContent(t, "LMCache", "stored", f.store, l)
+}
+
+// importByContent is an LMCache decode: its leg carries no
+// kv_transfer_params, and it finds the prompt's KV in kv by content. how
+// says, for the failure, how the KV should have got there.
+func importByContent(t testing.TB, mode, how string, kv map[string]*export, l leg) {
+	t.Helper()
 	if l.params != nil {
-		t.Errorf("LMCache decode: unexpected kv_transfer_params %v", l.params)
+		t.Errorf("%s decode: unexpected kv_transfer_params %v", mode, l.params)
 	}
-	e, ok := f.store[contentKey(l.prompt)]
+	e, ok := kv[contentKey(l.prompt)]
 	if !ok {
-		t.Fatalf("LMCache decode: no KV stored for %q; the decode would recompute the prompt", l.prompt)
+		t.Fatalf("%s decode: no KV %s for %q; the decode would recompute the prompt", mode, how, l.prompt)
 	}
 	e.imported = true
 }
@@ -105,14 +113,7 @@ func (f *lmcachePDFake) prefill(t testing.TB, l leg) json.RawMessage {
 
 func (f *lmcachePDFake) decode(t testing.TB, l leg) {
 	t.Helper()
-	if l.params != nil {
-		t.Errorf("LMCache PD decode: unexpected kv_transfer_params %v", l.params)
-	}
-	e, ok := f.buffer[contentKey(l.prompt)]
-	if !ok {
-		t.Fatalf("LMCache PD decode: no KV pushed for %q; the decode would recompute the prompt", l.prompt)
-	}
-	e.imported = true
+	importByContent(t, "LMCache PD", "pushed", f.buffer, l)
 }
 
 func (f *lmcachePDFake) settled(t testing.TB) { t.Helper(); settle(t, "LMCache PD", f.buffer) }

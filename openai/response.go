@@ -516,23 +516,52 @@ var ErrNotObject = errors.New("not a JSON object")
 // id from the request's X-Request-Id ("chatcmpl-" + id): a leg's id may be
 // a connector's encoding (P2pNccl's "___prefill_addr_…"), which is routing
 // metadata, not the client's.
+//
+// Relay runs on every streamed chunk, so the unchanged case is one
+// validating scan that allocates nothing; only a document that changes is
+// scanned again to be written.
 func Relay(doc []byte, id string) ([]byte, error) {
-	i := skipSpace(doc, 0)
-	if i >= len(doc) || doc[i] != '{' {
-		return nil, ErrNotObject
-	}
-	quoted, err := json.Marshal(id)
+	var qb [64]byte
+	quoted, err := appendJSONString(qb[:0], id)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(doc)+len(quoted))
-	out = append(out, '{')
-	changed, sawID := false, false
-	member := func(raw []byte) {
-		if len(out) > 1 {
-			out = append(out, ',')
+	_, changed, sawID, err := relayMembers(nil, doc, quoted, false, true)
+	if err != nil || !changed {
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, raw...)
+		return doc, nil
+	}
+	out := make([]byte, 0, len(doc)+len(quoted)+len(`"id":,`))
+	out, _, _, _ = relayMembers(out, doc, quoted, true, sawID)
+	return out, nil
+}
+
+// relayMembers is Relay's pass over doc's members. Without write it only
+// validates doc and reports whether Relay must change it and whether it has
+// an "id"; with write it appends the client's document to dst, its id first
+// when sawID says doc has none.
+func relayMembers(dst, doc, quoted []byte, write, sawID bool) (out []byte, changed, hasID bool, err error) {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return nil, false, false, ErrNotObject
+	}
+	members := 0
+	member := func(parts ...[]byte) {
+		if members > 0 {
+			dst = append(dst, ',')
+		}
+		members++
+		for _, p := range parts {
+			dst = append(dst, p...)
+		}
+	}
+	if write {
+		dst = append(dst, '{')
+		if !sawID {
+			member([]byte(`"id":`), quoted)
+		}
 	}
 	i = skipSpace(doc, i+1)
 	if i < len(doc) && doc[i] == '}' {
@@ -542,28 +571,32 @@ func Relay(doc []byte, id string) ([]byte, error) {
 			ks := i
 			ke, ok := validValue(doc, i, 1)
 			if !ok || doc[ks] != '"' {
-				return nil, ErrNotObject
+				return nil, false, false, ErrNotObject
 			}
 			j := skipSpace(doc, ke)
 			if j >= len(doc) || doc[j] != ':' {
-				return nil, ErrNotObject
+				return nil, false, false, ErrNotObject
 			}
 			vs := skipSpace(doc, j+1)
 			ve, ok := validValue(doc, vs, 1)
 			if !ok {
-				return nil, ErrNotObject
+				return nil, false, false, ErrNotObject
 			}
-			switch name := memberName(doc[ks:ke]); {
-			case name == "id":
-				sawID = true
+			switch relayKind(doc[ks:ke]) {
+			case relayID:
+				hasID = true
 				if !bytes.Equal(doc[vs:ve], quoted) {
 					changed = true
 				}
-				member(append([]byte(`"id":`), quoted...))
-			case isStageMember(name):
+				if write {
+					member([]byte(`"id":`), quoted)
+				}
+			case relayStage:
 				changed = true
 			default:
-				member(doc[ks:ve])
+				if write {
+					member(doc[ks:ve])
+				}
 			}
 			i = skipSpace(doc, ve)
 			if i < len(doc) && doc[i] == ',' {
@@ -574,41 +607,54 @@ func Relay(doc []byte, id string) ([]byte, error) {
 				i++
 				break
 			}
-			return nil, ErrNotObject
+			return nil, false, false, ErrNotObject
 		}
 	}
 	if skipSpace(doc, i) != len(doc) {
-		return nil, ErrNotObject
+		return nil, false, false, ErrNotObject
 	}
-	if !sawID {
-		head := append(append([]byte(`{"id":`), quoted...), ',')
-		if len(out) == 1 {
-			head = head[:len(head)-1]
-		}
-		out = append(head, out[1:]...)
-		changed = true
+	if write {
+		dst = append(dst, '}')
 	}
-	if !changed {
-		return doc, nil
-	}
-	return append(out, '}'), nil
+	return dst, changed || !hasID, hasID, nil
 }
 
-// memberName is a member's key as a string; raw is its valid JSON string.
-func memberName(raw []byte) string {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1])
-	}
-	var s string
-	_ = json.Unmarshal(raw, &s)
-	return s
-}
+const (
+	relayOther = iota
+	relayID
+	relayStage
+)
 
-func isStageMember(name string) bool {
+// relayKind says what Relay does with a member; raw is its key, a valid
+// JSON string.
+func relayKind(raw []byte) int {
+	name := raw[1 : len(raw)-1]
+	if bytes.IndexByte(name, '\\') >= 0 {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		name = []byte(s)
+	}
+	if string(name) == "id" {
+		return relayID
+	}
 	for _, m := range StageMembers {
-		if name == m {
-			return true
+		if string(name) == m {
+			return relayStage
 		}
 	}
-	return false
+	return relayOther
+}
+
+// appendJSONString appends s as encoding/json writes it, without
+// encoding/json's allocation for the plain ASCII ids omnipd makes.
+func appendJSONString(dst []byte, s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, err := json.Marshal(s)
+			return append(dst, q...), err
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"'), nil
 }

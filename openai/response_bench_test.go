@@ -68,3 +68,34 @@ func BenchmarkResponseMarshal(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRelay is what the orchestrator does to every streamed chunk and
+// every whole answer on its way to the client (Relay): a chunk already under
+// the client's id, the common case; a chunk under a connector's encoded id;
+// and a prefill-shaped whole answer carrying kv_transfer_params.
+func BenchmarkRelay(b *testing.B) {
+	const id = "chatcmpl-0123456789abcdef0123456789abcdef"
+	delta, _ := benchChunkDelta().MarshalJSON()
+	other := benchChunkDelta()
+	other.ID = "chatcmpl-___prefill_addr_10.0.0.7:21001___decode_addr_10.0.0.8:22001_0123456789abcdef"
+	encoded, _ := other.MarshalJSON()
+	answer, _ := benchChatCompletion().MarshalJSON()
+	for _, bm := range []struct {
+		name string
+		doc  []byte
+	}{
+		{"chunk-same-id", delta},
+		{"chunk-other-id", encoded},
+		{"chat-completion-kv", answer},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bm.doc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Relay(bm.doc, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -137,23 +137,32 @@ func matrixRequest(t *testing.T, id string, chat, stream bool) *Request {
 	return &Request{ID: id, Completion: c}
 }
 
+// answerDocs reads the client's answer whole: its body, or every chunk of
+// its stream (at most 1000).
+func answerDocs(res *Result) ([]json.RawMessage, error) {
+	if !res.Streaming() {
+		return []json.RawMessage{res.Body}, nil
+	}
+	var chunks []json.RawMessage
+	for range 1000 {
+		ev, err := res.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		chunks = append(chunks, ev)
+	}
+	return chunks, nil
+}
+
 // answerText reads the client's answer whole, streamed or not.
 func answerText(t *testing.T, res *Result) (string, error) {
 	t.Helper()
-	var chunks []json.RawMessage
-	if res.Streaming() {
-		for range 1000 {
-			ev, err := res.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return "", err
-			}
-			chunks = append(chunks, ev)
-		}
-	} else {
-		chunks = append(chunks, res.Body)
+	chunks, err := answerDocs(res)
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	for _, c := range chunks {

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -124,20 +123,15 @@ func TestRelayedAnswersShowNothingOfTheStageProtocol(t *testing.T) {
 					}
 					return
 				}
-				n := 0
-				for {
-					ev, err := res.Next()
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					n++
-					publicAnswer(t, fmt.Sprintf("chunk %d", n), ev, want)
+				chunks, err := answerDocs(res)
+				if err != nil {
+					t.Fatal(err)
 				}
-				if n != 3 {
-					t.Errorf("relayed %d chunks, want 3", n)
+				for i, ev := range chunks {
+					publicAnswer(t, fmt.Sprintf("chunk %d", i+1), ev, want)
+				}
+				if len(chunks) != 3 {
+					t.Errorf("relayed %d chunks, want 3", len(chunks))
 				}
 			})
 		}

@@ -73,22 +73,14 @@ func TestToolCallsRelayedUnchanged(t *testing.T) {
 						}
 					}
 				}
-				var docs [][]byte
-				if !stream {
-					docs = append(docs, res.Body)
-				} else {
-					for {
-						ev, err := res.Next()
-						if errors.Is(err, io.EOF) {
-							break
-						}
-						if err != nil {
-							t.Fatal(err)
-						}
-						docs = append(docs, ev)
-					}
+				docs, err := answerDocs(res)
+				if err != nil {
+					t.Fatal(err)
 				}
-				all := string(bytesJoin(docs))
+				var all string
+				for _, d := range docs {
+					all += string(d) + "\n"
+				}
 				for _, want := range []string{`"tool_calls":[{"id":"call_1","type":"function"`, `"finish_reason":"tool_calls"`, `get_weather`, `{\"city\":\"Paris\"}`} {
 					if !strings.Contains(all, want) {
 						t.Errorf("the client's answer lacks %s: %s", want, all)
@@ -97,14 +89,6 @@ func TestToolCallsRelayedUnchanged(t *testing.T) {
 			})
 		}
 	}
-}
-
-func bytesJoin(docs [][]byte) []byte {
-	var out []byte
-	for _, d := range docs {
-		out = append(append(out, d...), '\n')
-	}
-	return out
 }
 
 // A prefill that refuses the request (the reference worker refuses tools

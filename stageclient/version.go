@@ -14,29 +14,39 @@ import (
 // instance does not say: a reference worker, or a proxy that does not pass
 // /version on, answers 404.
 func (c *Client) Version(ctx context.Context) (string, error) {
-	resp, what, err := c.get(ctx, "/version", "application/json")
-	if err != nil {
+	var v struct {
+		Version string `json:"version"`
+	}
+	if err := c.getJSON(ctx, "/version", true, &v); err != nil {
 		return "", err
 	}
+	return v.Version, nil
+}
+
+// getJSON GETs path and decodes its 200 answer, a small JSON document, into
+// v. With missingOK a 404 is no error and leaves v as it was: the instance
+// does not have the endpoint.
+func (c *Client) getJSON(ctx context.Context, path string, missingOK bool, v any) error {
+	resp, what, err := c.get(ctx, path, "application/json")
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return "", nil
+	if missingOK && resp.StatusCode == http.StatusNotFound {
+		return nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", readUpstreamError(what, resp)
+		return readUpstreamError(what, resp)
 	}
 	data, err := readBounded(resp.Body, maxErrorBody)
 	switch {
 	case errors.Is(err, errTooLarge):
-		return "", classified(what, ErrProtocol, err)
+		return classified(what, ErrProtocol, err)
 	case err != nil:
-		return "", classifyRead(ctx, what, err)
+		return classifyRead(ctx, what, err)
 	}
-	var v struct {
-		Version string `json:"version"`
+	if err := json.Unmarshal(data, v); err != nil {
+		return classified(what, ErrProtocol, err)
 	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return "", classified(what, ErrProtocol, err)
-	}
-	return v.Version, nil
+	return nil
 }

@@ -126,6 +126,10 @@ type Request struct {
 	// CaptureLayer, when > 0, asks for the per-position conditioning: the
 	// layer-0 embeddings and the hidden states after that layer.
 	CaptureLayer int
+	// StreamRows, with CaptureLayer, hands each event the rows computed
+	// since the one before (Event.Rows), for a stage that streams them
+	// (async chunk); without it only the last event carries them, whole.
+	StreamRows bool
 }
 
 // Event is what a request produces: one per generated token, and a last
@@ -143,8 +147,8 @@ type Event struct {
 	PromptTokens, CachedTokens, CompletionTokens int
 	// Capture holds the conditioning rows when asked for, on the last event.
 	Capture *model.Capture
-	// Rows holds, when conditioning is asked for, the rows computed since
-	// the previous event, on every event: what a stage streaming them
+	// Rows holds, when Request.StreamRows asks for them, the rows computed
+	// since the previous event, on every event: what a stage streaming them
 	// (async chunk) appends. Their union over the events is Capture's rows.
 	Rows *model.Capture
 	// FirstTokenAt is when the first token was sampled (last event).
@@ -767,10 +771,11 @@ func (e *Engine) emit(s *sequence, tok int) {
 	s.send(Event{Token: tok, Text: delta, Rows: s.newRows()})
 }
 
-// newRows returns the capture rows no event carried yet. The rows are
-// never changed once computed, so the event may share them.
+// newRows returns the capture rows no event carried yet, nil unless the
+// request streams them. The rows are never changed once computed, so the
+// event may share them.
 func (s *sequence) newRows() *model.Capture {
-	if s.capture == nil {
+	if s.capture == nil || !s.req.StreamRows {
 		return nil
 	}
 	from := min(s.captureSent, len(s.capture.Embeddings))

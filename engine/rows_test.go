@@ -10,7 +10,8 @@ import (
 
 // Each event carries the conditioning rows computed since the one before:
 // the first the prompt's, each later one one row, and together exactly the
-// last event's Capture, also across chunking and preemption.
+// last event's Capture, also across chunking and preemption; a request
+// that does not stream them gets none.
 func TestEventsCarryNewRows(t *testing.T) {
 	alone := start(t, Config{})
 	busy := start(t, Config{MaxNumBatchedTokens: 7, MaxNumSeqs: 5, NumBlocks: 12})
@@ -23,7 +24,7 @@ func TestEventsCarryNewRows(t *testing.T) {
 	for i, prompt := range prompts {
 		wg.Go(func() {
 			params := seeded(int64(i), 20)
-			ch, err := busy.Submit(context.Background(), &Request{ID: fmt.Sprint(i), Prompt: prompt, Params: params, CaptureLayer: 2})
+			ch, err := busy.Submit(context.Background(), &Request{ID: fmt.Sprint(i), Prompt: prompt, Params: params, CaptureLayer: 2, StreamRows: true})
 			if err != nil {
 				t.Error(err)
 				return
@@ -46,7 +47,11 @@ func TestEventsCarryNewRows(t *testing.T) {
 				hidden = append(hidden, ev.Rows.Hidden...)
 				n++
 				if ev.Finished {
-					ref := run(t, alone, &Request{Prompt: prompt, Params: params, CaptureLayer: 2}).last.Capture
+					r := run(t, alone, &Request{Prompt: prompt, Params: params, CaptureLayer: 2})
+					if r.last.Rows != nil {
+						t.Errorf("job %d: rows on the last event of a request that does not stream them", i)
+					}
+					ref := r.last.Capture
 					if !rowsEqual(embed, ev.Capture.Embeddings) || !rowsEqual(hidden, ev.Capture.Hidden) ||
 						!rowsEqual(embed, ref.Embeddings) || !rowsEqual(hidden, ref.Hidden) {
 						t.Errorf("job %d: the streamed rows differ from the capture", i)

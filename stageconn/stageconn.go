@@ -247,13 +247,7 @@ func (s *Store) Handler() http.Handler {
 				http.Error(w, err.Error(), http.StatusNotFound)
 				return
 			}
-			body, err := Encode(st)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.Header().Set("Content-Type", "application/octet-stream")
-			_, _ = w.Write(body)
+			writeStash(w, st)
 		case http.MethodDelete:
 			if !s.Drop(key) {
 				http.Error(w, ErrNotFound.Error(), http.StatusNotFound)
@@ -265,6 +259,17 @@ func (s *Store) Handler() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		}
 	})
+}
+
+// writeStash answers with st in the wire form.
+func writeStash(w http.ResponseWriter, st *Stash) {
+	body, err := Encode(st)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	_, _ = w.Write(body)
 }
 
 func (s *Store) authorized(r *http.Request) bool {

@@ -168,14 +168,8 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	body, err := Encode(st)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set(DoneHeader, strconv.FormatBool(done))
-	_, _ = w.Write(body)
+	writeStash(w, st)
 }
 
 // FetchFrom reads a stash's rows from offset from at the worker at

@@ -194,6 +194,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	req := &engine.Request{ID: id, Prompt: g.prompt, Params: g.params}
 	if g.conditioning != nil {
 		req.CaptureLayer = g.conditioning.Layer
+		req.StreamRows = g.conditioning.Stream
 	}
 	importStarted := false
 	if plan != nil && plan.export {

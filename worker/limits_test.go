@@ -3,26 +3,16 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/omnipd/omnipd/engine"
 )
 
 // A prompt that does not fit --max-model-len, alone or with its max_tokens,
 // is a 400 context_length_exceeded naming the numbers, before the engine
 // runs; one that fits is served.
 func TestContextLengthExceeded(t *testing.T) {
-	eng := runTestEngine(t, engine.Config{})
-	srv, err := New(Config{Engine: eng, MaxModelLen: 64, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	w := newPlainWorker(t, 64)
 	tokens := func(n int) string {
 		ids := make([]string, n)
 		for i := range ids {
@@ -40,7 +30,7 @@ func TestContextLengthExceeded(t *testing.T) {
 		{"/v1/completions", `{"prompt":` + tokens(60) + `}`, "prompt", []string{"64", "60", "16"}}, // the default max_tokens
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 80) + `"}]}`, "messages", []string{"64"}},
 	} {
-		status, _, b := call(t, "POST", hs.URL+c.path, "", c.body)
+		status, _, b := call(t, "POST", w.url+c.path, "", c.body)
 		var e struct {
 			Error struct{ Message, Code, Param string } `json:"error"`
 		}
@@ -54,16 +44,16 @@ func TestContextLengthExceeded(t *testing.T) {
 			}
 		}
 	}
-	if st := eng.Stats(); st.PromptTokensComputed != 0 {
+	if st := w.eng.Stats(); st.PromptTokensComputed != 0 {
 		t.Errorf("refused prompts reached the engine: %+v", st)
 	}
-	if status, _, b := call(t, "POST", hs.URL+"/v1/completions", "", `{"prompt":`+tokens(60)+`,"max_tokens":4}`); status != 200 {
+	if status, _, b := call(t, "POST", w.url+"/v1/completions", "", `{"prompt":`+tokens(60)+`,"max_tokens":4}`); status != 200 {
 		t.Errorf("a prompt that fits: %d %s", status, b)
 	}
-	if _, _, b := call(t, "GET", hs.URL+"/v1/models", "", ""); !strings.Contains(b, `"max_model_len":64`) {
+	if _, _, b := call(t, "GET", w.url+"/v1/models", "", ""); !strings.Contains(b, `"max_model_len":64`) {
 		t.Errorf("/v1/models does not report the configured length: %s", b)
 	}
-	if _, err := New(Config{Engine: eng, MaxModelLen: testModel.Config.MaxPositionEmbeddings + 1}); err == nil {
+	if _, err := New(Config{Engine: w.eng, MaxModelLen: testModel.Config.MaxPositionEmbeddings + 1}); err == nil {
 		t.Error("a max model length beyond the model's positions was accepted")
 	}
 }
@@ -74,13 +64,7 @@ func TestContextLengthExceeded(t *testing.T) {
 // the decoded string), not to its tokens: tokenizing stops past
 // --max-model-len.
 func TestHugePromptRefusedWithoutTokenizingIt(t *testing.T) {
-	eng := runTestEngine(t, engine.Config{})
-	srv, err := New(Config{Engine: eng, MaxModelLen: 64, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	w := newPlainWorker(t, 64)
 	const size = 4 << 20
 	text := strings.Repeat("lorem ipsum ", size/12)
 	for _, c := range []struct{ path, body, param string }{
@@ -91,7 +75,7 @@ func TestHugePromptRefusedWithoutTokenizingIt(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		status, _, b := call(t, "POST", hs.URL+c.path, "", c.body)
+		status, _, b := call(t, "POST", w.url+c.path, "", c.body)
 		runtime.ReadMemStats(&after)
 		var e struct {
 			Error struct{ Message, Code, Param string } `json:"error"`
@@ -107,7 +91,7 @@ func TestHugePromptRefusedWithoutTokenizingIt(t *testing.T) {
 			t.Errorf("%s: refusing a %d MiB prompt allocated %d MiB; want at most %d", c.path, size>>20, got>>20, 8*size>>20)
 		}
 	}
-	if st := eng.Stats(); st.PromptTokensComputed != 0 {
+	if st := w.eng.Stats(); st.PromptTokensComputed != 0 {
 		t.Errorf("refused prompts reached the engine: %+v", st)
 	}
 }

@@ -2,24 +2,14 @@ package worker
 
 import (
 	"encoding/json"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
-
-	"github.com/omnipd/omnipd/engine"
 )
 
 // A parameter the reference engine cannot honour is a 400 naming it, on
 // the endpoint that reads it, before any engine work; the values that ask
 // for nothing are served as if absent, as vLLM serves them.
 func TestUnsupportedParametersAreRefused(t *testing.T) {
-	eng := runTestEngine(t, engine.Config{})
-	srv, err := New(Config{Engine: eng, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	w := newPlainWorker(t, 0)
 	const tool = `{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}`
 	chat := func(extra string) string {
 		return `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2` + extra + `}`
@@ -51,7 +41,7 @@ func TestUnsupportedParametersAreRefused(t *testing.T) {
 		{"/v1/completions", completion(`,"allowed_token_ids":[1,2]`), "allowed_token_ids"},
 	}
 	for _, c := range refused {
-		status, _, b := call(t, "POST", hs.URL+c.path, "", c.body)
+		status, _, b := call(t, "POST", w.url+c.path, "", c.body)
 		var e struct {
 			Error struct{ Type, Param, Message string } `json:"error"`
 		}
@@ -59,7 +49,7 @@ func TestUnsupportedParametersAreRefused(t *testing.T) {
 			t.Errorf("%s %s: %d %s; want 400 invalid_request_error on %s", c.path, c.body, status, b, c.param)
 		}
 	}
-	if st := eng.Stats(); st.PromptTokensComputed != 0 {
+	if st := w.eng.Stats(); st.PromptTokensComputed != 0 {
 		t.Errorf("refused requests reached the engine: %+v", st)
 	}
 
@@ -75,7 +65,7 @@ func TestUnsupportedParametersAreRefused(t *testing.T) {
 		{"/v1/completions", completion(`,"echo":false,"suffix":"","best_of":1,"bad_words":[]`)},
 	}
 	for _, c := range nothing {
-		if status, _, b := call(t, "POST", hs.URL+c.path, "", c.body); status != 200 {
+		if status, _, b := call(t, "POST", w.url+c.path, "", c.body); status != 200 {
 			t.Errorf("%s %s: %d %s; want 200, as without the parameter", c.path, c.body, status, b)
 		}
 	}
@@ -85,15 +75,9 @@ func TestUnsupportedParametersAreRefused(t *testing.T) {
 // last turn, three tokens ("<|im_start|>assistant\n" is 1 + 10 byte
 // tokens) shorter.
 func TestAddGenerationPrompt(t *testing.T) {
-	eng := runTestEngine(t, engine.Config{})
-	srv, err := New(Config{Engine: eng, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	w := newPlainWorker(t, 0)
 	prompt := func(extra string) int {
-		status, _, b := call(t, "POST", hs.URL+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1`+extra+`}`)
+		status, _, b := call(t, "POST", w.url+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1`+extra+`}`)
 		var r struct {
 			Usage struct {
 				PromptTokens int `json:"prompt_tokens"`

@@ -77,6 +77,20 @@ func newTestWorker(t *testing.T, kv string) *testWorker {
 	return &testWorker{Server: srv, url: hs.URL, eng: eng}
 }
 
+// newPlainWorker is a worker with no KV connector, no secret and the given
+// --max-model-len (0: the default).
+func newPlainWorker(t *testing.T, maxModelLen int) *testWorker {
+	t.Helper()
+	eng := runTestEngine(t, engine.Config{})
+	srv, err := New(Config{Engine: eng, MaxModelLen: maxModelLen, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	return &testWorker{Server: srv, url: hs.URL, eng: eng}
+}
+
 // kvConfig is a reference connector on an ephemeral loopback port. Leases
 // are short so that tests see them expire; long enough that a push decode
 // waiting for a slow (race-instrumented) prefill is not refused.

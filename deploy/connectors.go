@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/topology"
 )
 
@@ -170,12 +171,12 @@ func kvPortStride(spec kvConnectorSpec, tp, dp int) int {
 // the stage's, or, when the config says none, TP ports after the
 // replica's handshake port (PD expansion's layout). 0 for other connectors.
 func MoRIIONotifyPort(s *Stage, r topology.Replica) int {
-	if s.KV == nil || s.KV.Connector != "MoRIIOConnector" || r.KVPort == 0 {
+	if s.KV == nil || s.KV.Connector != kvconnector.MoRIIOConnector || r.KVPort == 0 {
 		return 0
 	}
 	notify, base := extraInt(s.KV, "notify_port"), extraInt(s.KV, "handshake_port")
 	if notify == 0 || base == 0 {
-		return r.KVPort + max(1, s.TensorParallelSize)
+		return kvconnector.MoRIIONotifyPort(kvconnector.Peer{KVPort: r.KVPort, TP: s.TensorParallelSize})
 	}
 	return notify + r.KVPort - base
 }

@@ -1,8 +1,12 @@
 package deploy
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/omnipd/omnipd/kvconnector"
 )
 
 // P2pNccl and MoRIIO decodes claim the prompt's KV on every request, so a
@@ -38,5 +42,27 @@ stages:
 				t.Fatalf("err = %v\nwant one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// decodeOnlyHangs names, with a message, exactly the built-in connectors
+// whose contract claims every prompt (kvconnector.PromptClaimer): a new
+// claimer must be refused here too, and a connector that stops claiming
+// must no longer be refused.
+func TestDecodeOnlyHangsMatchPromptClaimers(t *testing.T) {
+	reg := kvconnector.NewRegistry()
+	var claimers []string
+	for _, name := range reg.Names() {
+		c, err := reg.Lookup(name, nil)
+		if err != nil {
+			continue // needs extra config (MultiConnector): claims as its PD child does
+		}
+		if pc, ok := c.(kvconnector.PromptClaimer); ok && pc.ClaimsEveryPrompt() {
+			claimers = append(claimers, name)
+		}
+	}
+	got := slices.Sorted(maps.Keys(decodeOnlyHangs))
+	if len(claimers) == 0 || !slices.Equal(got, claimers) {
+		t.Fatalf("decodeOnlyHangs names %v; the prompt-claiming connectors are %v", got, claimers)
 	}
 }

@@ -357,7 +357,8 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 // waits forever for tensors nobody sends (p2p_nccl_connector.py,
 // p2p_nccl_engine.py), a MoRIIO WRITE decode waits for writes that never
 // come, and a MoRIIO READ decode computes on KV it never loaded
-// (moriio_connector.py).
+// (moriio_connector.py). A test keeps these names those of the contracts
+// that are kvconnector.PromptClaimers.
 var decodeOnlyHangs = map[string]string{
 	"P2pNcclConnector": "a P2pNccl decode waits forever for KV no prefill sends",
 	"MoRIIOConnector":  "a MoRIIO decode claims KV no prefill made (WRITE mode waits for it forever, READ mode computes on blocks it never loaded)",

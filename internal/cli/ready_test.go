@@ -47,9 +47,16 @@ func runServeLogged(t *testing.T, args ...string) (string, *lockedBuffer) {
 // running workers at prefill and decode.
 func writeEndpointsConfig(t *testing.T, prefill, decode string) string {
 	t.Helper()
+	return writePipelineEndpointsConfig(t, "qwen3_omni_moe_thinker", prefill, decode)
+}
+
+// writePipelineEndpointsConfig writes a PD config of pipeline whose Thinker
+// stages are the running workers at prefill and decode.
+func writePipelineEndpointsConfig(t *testing.T, pipeline, prefill, decode string) string {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "deploy.yaml")
 	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-pipeline: qwen3_omni_moe_thinker
+pipeline: %s
 stages:
   - stage_id: 0
     is_prefill_only: true
@@ -59,7 +66,7 @@ stages:
     is_decode_only: true
     endpoints: [%q]
     kv_transfer_config: {kv_connector: ReferenceConnector, kv_role: kv_consumer, engine_id: d0}
-`, prefill, decode)), 0o644)
+`, pipeline, prefill, decode)), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/engine"
@@ -155,31 +153,8 @@ func securedWorker(t *testing.T, kv, secret string) string {
 // base URL.
 func runServe(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, append([]string{"serve", "--port", "0"}, args...), out, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
-	addr := regexp.MustCompile(`on (http://\S+)`)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := addr.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d:\n%s", code, out.String())
-		default:
-		}
-	}
-	t.Fatalf("serve did not start:\n%s", out.String())
-	return ""
+	url, _ := runServeLogged(t, args...)
+	return url
 }
 
 func askCompletion(t *testing.T, url, key string) (int, string) {

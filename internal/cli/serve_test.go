@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -70,22 +69,7 @@ func (l *lockedBuffer) String() string {
 func TestServeEndpoints(t *testing.T) {
 	prefill := runningWorker(t, `{"kv_connector":"ReferenceConnector","kv_role":"kv_producer","engine_id":"p0","kv_port":0}`)
 	decode := runningWorker(t, `{"kv_connector":"ReferenceConnector","kv_role":"kv_consumer","engine_id":"d0"}`)
-	cfg := filepath.Join(t.TempDir(), "deploy.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-pipeline: qwen3_omni_moe
-stages:
-  - stage_id: 0
-    is_prefill_only: true
-    endpoints: [%q]
-    kv_transfer_config: {kv_connector: ReferenceConnector, kv_role: kv_producer, engine_id: p0}
-  - stage_id: 1
-    is_decode_only: true
-    endpoints: [%q]
-    kv_transfer_config: {kv_connector: ReferenceConnector, kv_role: kv_consumer, engine_id: d0}
-`, prefill, decode)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := writePipelineEndpointsConfig(t, "qwen3_omni_moe", prefill, decode)
 	doc, _, err := deploy.LoadFile(cfg, deploy.Options{})
 	if err != nil {
 		t.Fatal(err)

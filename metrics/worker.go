@@ -200,6 +200,8 @@ type Stage struct {
 	firstItem prometheus.Histogram
 	inFlight  prometheus.Gauge
 	produced  prometheus.Counter
+	// The Talker's reads of conditioning that grows (async chunk).
+	condReads, condRows, condWaits, condWaitSeconds prometheus.Counter
 }
 
 // NewStage registers a stage worker's metrics. stage is "talker" (which
@@ -239,8 +241,33 @@ func NewStage(stage, model string) *Stage {
 	}
 	if stage == "talker" {
 		s.requests.WithLabelValues(OutcomeNoConditioning)
+		counter := func(name, help string) prometheus.Counter {
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+			reg.MustRegister(c)
+			return c
+		}
+		s.condReads = counter("omnipd_talker_conditioning_reads_total", "Reads of Thinker conditioning that grows (async chunk), one HTTP request each.")
+		s.condRows = counter("omnipd_talker_conditioning_rows_total", "Conditioning rows those reads brought; rows per read shows how the transport batches.")
+		s.condWaits = counter("omnipd_talker_conditioning_waits_total", "Reads that found the Talker ahead of the Thinker: no row at the offset yet (vllm-omni's WAITING_FOR_CHUNK).")
+		s.condWaitSeconds = counter("omnipd_talker_conditioning_wait_seconds_total", "Time spent in those reads, waiting for the Thinker's next row.")
 	}
 	return s
+}
+
+// ConditioningRead records one read of conditioning that grows: the rows
+// it brought, whether the Thinker had no row at the offset yet, and how
+// long it took. Only the Talker's metrics count these.
+func (r *StageRequest) ConditioningRead(rows int, waited bool, took time.Duration) {
+	s := r.s
+	if s.condReads == nil {
+		return
+	}
+	s.condReads.Inc()
+	s.condRows.Add(float64(rows))
+	if waited {
+		s.condWaits.Inc()
+		s.condWaitSeconds.Add(took.Seconds())
+	}
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -57,6 +57,15 @@ type conditioning struct {
 	mu                   sync.Mutex
 	prefillURL, thinkURL string
 	fetched              bool
+	// sent is closed once the leg that keeps the generated rows (the
+	// decode, or the colocated Thinker) is sent: from then on its stash can
+	// be read, and a whole answer's Talker starts (async chunk).
+	sent     chan struct{}
+	sentOnce sync.Once
+}
+
+func newConditioning(layer int, prefillKey, thinkKey string, stream bool) *conditioning {
+	return &conditioning{layer: layer, prefillKey: prefillKey, thinkKey: thinkKey, stream: stream, sent: make(chan struct{})}
 }
 
 func (c *conditioning) setPrefill(url string) {
@@ -65,10 +74,23 @@ func (c *conditioning) setPrefill(url string) {
 	c.mu.Unlock()
 }
 
+// dropPrefill forgets the prefill's stash: the decode prefills the request
+// itself (pd.fallback: local), so its own rows cover the prompt, as a
+// colocated Thinker's do. It returns the handle of the stash a failed
+// prefill may have left, for the caller to free.
+func (c *conditioning) dropPrefill() (stageapi.ConditioningHandle, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := stageapi.ConditioningHandle{URL: c.prefillURL, Key: c.prefillKey}
+	c.prefillURL = ""
+	return h, h.URL != ""
+}
+
 func (c *conditioning) setThinker(url string) {
 	c.mu.Lock()
 	c.thinkURL = url
 	c.mu.Unlock()
+	c.sentOnce.Do(func() { close(c.sent) })
 }
 
 // handles lists the stashes for the Talker: the prefill's then the
@@ -144,7 +166,7 @@ func (o *Orchestrator) omni(ctx context.Context, req *Request, log *slog.Logger)
 	if err := o.preflight(om.Talker, om.Code2Wav); err != nil {
 		return nil, err
 	}
-	cond := &conditioning{layer: om.ConditioningLayer, thinkKey: req.ID + "/thinker", stream: om.AsyncChunk}
+	cond := newConditioning(om.ConditioningLayer, "", req.ID+"/thinker", om.AsyncChunk)
 	if o.cfg.Contract != nil {
 		cond.prefillKey, cond.thinkKey = req.ID+"/prefill", req.ID+"/decode"
 	}
@@ -152,14 +174,24 @@ func (o *Orchestrator) omni(ctx context.Context, req *Request, log *slog.Logger)
 	wantText, _ := modalities(req.Chat)
 	streaming := req.streaming()
 
+	// A whole answer's audio, with async chunk, is made while the Thinker
+	// decodes: the Talker starts as soon as the leg with the generated rows
+	// is sent, though the client sees nothing before the whole answer.
+	var early *earlyTalk
+	if !streaming && cond.stream {
+		early = o.talkEarly(ctx, req, cond)
+	}
 	res, err := o.text(ctx, req, log)
 	if err != nil {
+		if early != nil {
+			early.stop()
+		}
 		o.releaseConditioning(cond, log)
 		return nil, err
 	}
 	if !streaming {
 		defer res.Close()
-		return o.omniWhole(ctx, req, res, cond, format, wantText, log)
+		return o.omniWhole(ctx, req, res, cond, format, wantText, early, log)
 	}
 	return o.omniStream(ctx, req, res, cond, format, wantText, log), nil
 }
@@ -179,7 +211,11 @@ func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
 // background: one the worker already dropped answers not found, which is
 // fine.
 func (o *Orchestrator) freeConditioning(c *conditioning, log *slog.Logger) {
-	for _, h := range c.handles() {
+	o.freeStashes(c.handles(), log)
+}
+
+func (o *Orchestrator) freeStashes(hs []stageapi.ConditioningHandle, log *slog.Logger) {
+	for _, h := range hs {
 		if h.URL == "" {
 			continue
 		}
@@ -296,16 +332,73 @@ func newAudioID() string {
 	return "audio-" + hex.EncodeToString(b[:])
 }
 
+// talkAll runs the Talker on the request's conditioning and returns every
+// codec frame.
+func (o *Orchestrator) talkAll(ctx context.Context, req *Request, c *conditioning) ([][]int, error) {
+	var frames [][]int
+	err := o.talk(ctx, req, c, func(f []int) error { frames = append(frames, f); return nil })
+	return frames, err
+}
+
+// earlyTalk is a whole answer's Talker run beside its Thinker legs (async
+// chunk): it starts once the leg with the generated rows is sent and reads
+// the rows as they are computed.
+type earlyTalk struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	frames [][]int
+	err    error
+}
+
+func (o *Orchestrator) talkEarly(ctx context.Context, req *Request, c *conditioning) *earlyTalk {
+	tctx, cancel := context.WithCancel(ctx)
+	t := &earlyTalk{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		select {
+		case <-c.sent:
+		case <-tctx.Done():
+			t.err = tctx.Err()
+			return
+		}
+		t.frames, t.err = o.talkAll(tctx, req, c)
+	}()
+	return t
+}
+
+// wait returns the Talker's frames once it has finished.
+func (t *earlyTalk) wait() ([][]int, error) {
+	<-t.done
+	t.cancel()
+	return t.frames, t.err
+}
+
+// stop ends the Talker (its Thinker legs failed) and waits for it.
+func (t *earlyTalk) stop() {
+	t.cancel()
+	<-t.done
+}
+
 // omniWhole answers a non-streaming request: the text choice and the audio
-// choice, both index 0, as vllm-omni returns them.
-func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result, c *conditioning, format string, wantText bool, log *slog.Logger) (*Result, error) {
+// choice, both index 0, as vllm-omni returns them. The Talker is the one
+// already under way (early, with async chunk) or is run now.
+func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result, c *conditioning, format string, wantText bool, early *earlyTalk, log *slog.Logger) (*Result, error) {
 	var resp map[string]json.RawMessage
 	if err := json.Unmarshal(res.Body, &resp); err != nil {
+		if early != nil {
+			early.stop()
+		}
 		o.releaseConditioning(c, log)
 		return nil, &Error{Status: 502, Code: "decode_upstream_invalid", Msg: "the Thinker's response is not JSON", Cause: err}
 	}
 	var frames [][]int
-	if err := o.talk(ctx, req, c, func(f []int) error { frames = append(frames, f); return nil }); err != nil {
+	var err error
+	if early != nil {
+		frames, err = early.wait()
+	} else {
+		frames, err = o.talkAll(ctx, req, c)
+	}
+	if err != nil {
 		return nil, audioFailure(ctx, "talker_failed", "the Talker stage failed", err)
 	}
 	samples, err := o.vocode(ctx, req, frames, 0)

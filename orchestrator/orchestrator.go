@@ -23,6 +23,7 @@ import (
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
 )
 
@@ -489,6 +490,13 @@ func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance
 	}
 	o.cfg.Metrics.RecordFallback()
 	log.Warn("prefill failed; the decode prefills this request itself (pd.fallback: local)", "err", err)
+	if req.keep != nil {
+		// The decode's rows now cover the prompt: the Talker reads them
+		// alone, and whatever the failed prefill stashed is freed.
+		if h, ok := req.keep.dropPrefill(); ok {
+			o.freeStashes([]stageapi.ConditioningHandle{h}, log)
+		}
+	}
 	return o.decodeOn(ctx, req, dec, h, nil, PathFallback, log)
 }
 

@@ -1,14 +1,22 @@
 package server
 
 import (
+	"bufio"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/stageconn"
 )
 
 func asyncChunk(c *orchestrator.Config) { c.Omni.AsyncChunk = true }
@@ -60,5 +68,191 @@ func TestAsyncChunkEqualsBatch(t *testing.T) {
 				t.Errorf("a Thinker worker still holds %d conditioning stashes", n)
 			}
 		}
+	}
+}
+
+// heldAnswer is a proxy in front of a Thinker worker that holds the
+// worker's answer to a chat request until the Talker has read a generated
+// row (row 1 on) from that worker's stash, or until a bound passes: it
+// tells whether the Talker ran while the Thinker was still answering.
+type heldAnswer struct {
+	readEarly chan struct{}
+	once      sync.Once
+	early     bool
+	// holdRequest: hold the chat request itself, not the answer, so that
+	// the Talker asks for the first generated row before the Thinker has
+	// even begun the decode.
+	holdRequest bool
+}
+
+// holdAnswers puts a heldAnswer in front of the config's decode (or
+// colocated Thinker) instance; the stash handles the orchestrator hands the
+// Talker then name the proxy, so the Talker's reads pass through it too.
+func holdAnswers(t *testing.T, c *orchestrator.Config) *heldAnswer {
+	return holdThinker(t, c, false)
+}
+
+func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAnswer {
+	t.Helper()
+	in := c.Decode.Instances[0]
+	target, err := url.Parse(in.Client.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldAnswer{readEarly: make(chan struct{}), holdRequest: holdRequest}
+	hold := func() {
+		select {
+		case <-h.readEarly:
+			h.early = true
+		case <-time.After(10 * time.Second):
+		}
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodPost && !h.holdRequest {
+			hold()
+		}
+		return nil
+	}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, stageconn.Path) {
+			// Holding the answer, wait for a generated row (row 1 on);
+			// holding the request, for any read of the stash to be.
+			if from, err := strconv.Atoi(r.URL.Query().Get("from")); err == nil && (from >= 1 || h.holdRequest) {
+				h.once.Do(func() { close(h.readEarly) })
+			}
+		}
+		if r.Method == http.MethodPost && h.holdRequest {
+			hold()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	client, err := stageclient.New(stageclient.Config{BaseURL: front.URL, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Decode = &orchestrator.Pool{Name: c.Decode.Name, Instances: []*orchestrator.Instance{{Client: client, Peer: in.Peer}}}
+	return h
+}
+
+// With async chunk a whole (non-streamed) answer's audio is made while the
+// Thinker decodes, not after: the Talker reads the decode's generated rows
+// while the decode's answer is held back, colocated and under PD, and the
+// audio still equals the batch path's.
+func TestAsyncChunkWholeAnswerTalksDuringDecode(t *testing.T) {
+	keep := func(*httptest.Server) {}
+	batch := newOmniDeploymentFull(t, false, keep, 0.9)
+	body := `{"messages":[{"role":"user","content":"Say something long"}],"max_tokens":30,"temperature":0.8,"seed":7}`
+	want := omniWhole(t, batch.url, body)
+	for _, pd := range []bool{false, true} {
+		var held *heldAnswer
+		d := newOmniDeploymentFull(t, pd, keep, 0.9, asyncChunk, func(c *orchestrator.Config) { held = holdAnswers(t, c) })
+		got := omniWhole(t, d.url, body)
+		if !held.early {
+			t.Errorf("PD %v: the Talker read no generated row before the Thinker answered", pd)
+		}
+		if got.text != want.text || !slices.Equal(got.samples, want.samples) {
+			t.Errorf("PD %v: %q and %d samples; batch %q and %d samples", pd, got.text, len(got.samples), want.text, len(want.samples))
+		}
+		waitNoStashes(t, d.thinkers)
+	}
+}
+
+// A prefill that fails, with pd.fallback: local, leaves the decode to
+// prefill the request itself: its rows then cover the prompt, and the
+// Talker reads them alone — the audio equals the colocated pipeline's,
+// with async chunk and without.
+func TestOmniFallbackLocalAudio(t *testing.T) {
+	keep := func(*httptest.Server) {}
+	colocated := newOmniDeploymentFull(t, false, keep, 0.9)
+	body := `{"messages":[{"role":"user","content":"Fall back"}],"max_tokens":12,"temperature":0.8,"seed":3}`
+	want := omniWhole(t, colocated.url, body)
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "prefill down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(broken.Close)
+	fallback := func(c *orchestrator.Config) {
+		client, err := stageclient.New(stageclient.Config{BaseURL: broken.URL, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.FallbackLocal = true
+		c.Prefill = &orchestrator.Pool{Name: "prefill", Instances: []*orchestrator.Instance{{Client: client, Peer: c.Prefill.Instances[0].Peer}}}
+	}
+	for _, async := range []bool{false, true} {
+		adjust := []func(*orchestrator.Config){fallback}
+		if async {
+			adjust = append(adjust, asyncChunk)
+		}
+		d := newOmniDeploymentFull(t, true, keep, 0.9, adjust...)
+		for _, stream := range []bool{false, true} {
+			var got omniAnswer
+			if stream {
+				got = omniStreamOf(t, d.url, strings.Replace(body, `"messages"`, `"stream":true,"messages"`, 1), async)
+			} else {
+				got = omniWhole(t, d.url, body)
+			}
+			if got.text != want.text || !slices.Equal(got.samples, want.samples) {
+				t.Errorf("async %v, stream %v: %q and %d samples; colocated %q and %d samples", async, stream, got.text, len(got.samples), want.text, len(want.samples))
+			}
+		}
+		waitNoStashes(t, d.thinkers)
+	}
+}
+
+// talkerCounter reads one counter from a Talker worker's /metrics.
+func talkerCounter(t *testing.T, talkerURL, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(talkerURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("%s not on the Talker's /metrics", name)
+	return 0
+}
+
+// A Talker ahead of the Thinker waits for the next row and reads on when
+// it comes (vllm-omni's WAITING_FOR_CHUNK). A proxy holds a whole answer's
+// decode leg until the Talker has asked for the first generated row, so the
+// Talker is ahead for certain — before the stash even exists; the wait is
+// counted on the Talker's /metrics, and the audio equals the batch path's,
+// colocated and under PD. (The unit tests of engine/talker pin the waits
+// in mid-answer, row by row.)
+func TestAsyncChunkTalkerWaitsForRows(t *testing.T) {
+	keep := func(*httptest.Server) {}
+	batch := newOmniDeploymentFull(t, false, keep, 0.9)
+	body := `{"messages":[{"role":"user","content":"Talk at length"}],"max_tokens":60,"temperature":0.8,"seed":11}`
+	want := omniWhole(t, batch.url, body)
+	for _, pd := range []bool{false, true} {
+		var talkerURL string
+		var held *heldAnswer
+		async := newOmniDeploymentFull(t, pd, keep, 0.9, asyncChunk, func(c *orchestrator.Config) {
+			talkerURL = c.Omni.Talker.Instances[0].Client.BaseURL()
+			held = holdThinker(t, c, true)
+		})
+		got := omniWhole(t, async.url, body)
+		if got.text != want.text || !slices.Equal(got.samples, want.samples) {
+			t.Errorf("PD %v: %q and %d samples; batch %q and %d samples", pd, got.text, len(got.samples), want.text, len(want.samples))
+		}
+		if !held.early {
+			t.Errorf("PD %v: the Talker did not read the decode's stash before the decode began", pd)
+		}
+		if waits := talkerCounter(t, talkerURL, "omnipd_talker_conditioning_waits_total"); waits == 0 {
+			t.Errorf("PD %v: the Talker's /metrics count no wait for a row", pd)
+		}
+		waitNoStashes(t, async.thinkers)
 	}
 }

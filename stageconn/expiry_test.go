@@ -6,7 +6,7 @@ import (
 )
 
 // A stash nobody fetches or drops is freed when its TTL ends even if no
-// other call comes to the store, and so are release tombstones.
+// other call comes to the store, and so are the tombstones of released and ended keys.
 func TestTTLWithoutTraffic(t *testing.T) {
 	s := NewStore(Config{TTL: 30 * time.Millisecond})
 	if err := s.Put("forgotten", sample(2, 2)); err != nil {
@@ -16,7 +16,7 @@ func TestTTLWithoutTraffic(t *testing.T) {
 	held := func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.entries) + len(s.released)
+		return len(s.entries) + len(s.released) + len(s.ended)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for held() != 0 {

@@ -65,6 +65,13 @@ type Store struct {
 	// released remembers keys dropped before they were stashed, until the
 	// TTL: a release can overtake the stash it is meant to free.
 	released map[string]time.Time
+	// ended remembers keys whose stash was taken, read to its end, dropped
+	// or expired, until the TTL, so that a read of one answers not found at
+	// once instead of waiting for a stash that will never come (see Read).
+	ended map[string]time.Time
+	// stashed is closed, and replaced, whenever a stash is put, waking the
+	// reads waiting for a key not stashed yet.
+	stashed chan struct{}
 	// sweeper enforces the TTL when no call comes to do it: pending while
 	// anything waits to expire, nil otherwise.
 	sweeper *time.Timer
@@ -100,7 +107,7 @@ func NewStore(cfg Config) *Store {
 	if cfg.ReadWait <= 0 {
 		cfg.ReadWait = 10 * time.Second
 	}
-	return &Store{cfg: cfg, entries: map[string]*entry{}, released: map[string]time.Time{}}
+	return &Store{cfg: cfg, entries: map[string]*entry{}, released: map[string]time.Time{}, ended: map[string]time.Time{}, stashed: make(chan struct{})}
 }
 
 // Put stashes st under key.
@@ -116,11 +123,31 @@ func (s *Store) Put(key string, st *Stash) error {
 	}
 	if _, ok := s.released[key]; ok {
 		delete(s.released, key)
+		s.ended[key] = s.cfg.Now().Add(s.cfg.TTL)
+		s.wakeStashedLocked()
 		return fmt.Errorf("%w: %q", ErrReleased, key)
 	}
+	delete(s.ended, key)
 	s.entries[key] = &entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
 	s.armLocked(s.cfg.TTL)
+	s.wakeStashedLocked()
 	return nil
+}
+
+// wakeStashedLocked wakes the reads waiting for a key not stashed yet.
+func (s *Store) wakeStashedLocked() {
+	close(s.stashed)
+	s.stashed = make(chan struct{})
+}
+
+// removeLocked frees the stash under key and remembers that it ended.
+func (s *Store) removeLocked(key string) {
+	if e, ok := s.entries[key]; ok {
+		delete(s.entries, key)
+		e.wake()
+		s.ended[key] = s.cfg.Now().Add(s.cfg.TTL)
+		s.armLocked(s.cfg.TTL)
+	}
 }
 
 // Take removes and returns the stash under key.
@@ -135,7 +162,7 @@ func (s *Store) Take(key string) (*Stash, error) {
 	if e.open || e.err != nil {
 		return nil, fmt.Errorf("%w: %q", ErrGrowing, key)
 	}
-	delete(s.entries, key)
+	s.removeLocked(key)
 	return e.stash, nil
 }
 
@@ -144,10 +171,9 @@ func (s *Store) Take(key string) (*Stash, error) {
 func (s *Store) Drop(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[key]
-	delete(s.entries, key)
+	_, ok := s.entries[key]
 	if ok {
-		e.wake()
+		s.removeLocked(key)
 	} else {
 		s.released[key] = s.cfg.Now().Add(s.cfg.TTL)
 		s.armLocked(s.cfg.TTL)
@@ -184,7 +210,10 @@ func (s *Store) sweepLater() {
 	for _, until := range s.released {
 		soonest(until)
 	}
-	if len(s.entries)+len(s.released) > 0 {
+	for _, until := range s.ended {
+		soonest(until)
+	}
+	if len(s.entries)+len(s.released)+len(s.ended) > 0 {
 		s.armLocked(max(next, 10*time.Millisecond))
 	}
 }
@@ -201,14 +230,18 @@ func (s *Store) sweepLocked() int {
 	n := 0
 	for k, e := range s.entries {
 		if now.After(e.expires) {
-			delete(s.entries, k)
-			e.wake()
+			s.removeLocked(k)
 			n++
 		}
 	}
 	for k, until := range s.released {
 		if now.After(until) {
 			delete(s.released, k)
+		}
+	}
+	for k, until := range s.ended {
+		if now.After(until) {
+			delete(s.ended, k)
 		}
 	}
 	return n

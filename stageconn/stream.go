@@ -94,56 +94,100 @@ func (s *Store) openLocked(key string) (*entry, error) {
 // Read returns the rows of key from row offset from on, with the stash's
 // TTS embeddings and ids, waiting while there are none yet and the stash is
 // open, until ctx ends. done says the rows returned are the last: the
-// stash is freed then, as a whole fetch frees it.
+// stash is freed then, as a whole fetch frees it. A key not stashed yet is
+// waited for as well, until ctx ends (then ErrNotFound); one whose stash
+// ended (read to its end, taken, dropped, expired) or that was released
+// answers ErrNotFound at once.
 func (s *Store) Read(ctx context.Context, key string, from int) (*Stash, bool, error) {
+	st, done, _, err := s.read(ctx, key, from)
+	return st, done, err
+}
+
+// read is Read that also tells whether it had to wait for the stash or for
+// its rows.
+func (s *Store) read(ctx context.Context, key string, from int) (st *Stash, done, waited bool, err error) {
 	if from < 0 {
-		return nil, false, fmt.Errorf("stageconn: negative offset %d", from)
+		return nil, false, false, fmt.Errorf("stageconn: negative offset %d", from)
 	}
 	for {
 		s.mu.Lock()
 		s.sweepLocked()
 		e, ok := s.entries[key]
 		if !ok {
+			_, released := s.released[key]
+			_, ended := s.ended[key]
+			if released || ended {
+				s.mu.Unlock()
+				return nil, false, waited, fmt.Errorf("%w: %q", ErrNotFound, key)
+			}
+			// Not stashed yet: the Talker of a whole answer asks as soon
+			// as the decode leg is sent, which may be before the worker
+			// opened the stash.
+			stashed := s.stashed
 			s.mu.Unlock()
-			return nil, false, fmt.Errorf("%w: %q", ErrNotFound, key)
+			waited = true
+			select {
+			case <-stashed:
+				continue
+			case <-ctx.Done():
+				return nil, false, waited, fmt.Errorf("%w: %w: %q", ErrNotFound, errNotStashed, key)
+			}
 		}
 		if e.err != nil {
-			delete(s.entries, key)
+			s.removeLocked(key)
 			s.mu.Unlock()
-			return nil, false, fmt.Errorf("%w: %q: %v", ErrFailed, key, e.err)
+			return nil, false, waited, fmt.Errorf("%w: %q: %v", ErrFailed, key, e.err)
 		}
 		n := len(e.stash.Embed)
 		if from > n && !e.open {
 			s.mu.Unlock()
-			return nil, false, fmt.Errorf("stageconn: offset %d is past the %d rows of %q", from, n, key)
+			return nil, false, waited, fmt.Errorf("stageconn: offset %d is past the %d rows of %q", from, n, key)
 		}
 		if from < n || !e.open {
-			st := *e.stash
-			st.Embed = slices.Clone(st.Embed[min(from, n):])
-			st.Hidden = slices.Clone(st.Hidden[min(from, n):])
-			st.TokenIDs = slices.Clone(st.TokenIDs)
+			rows := *e.stash
+			rows.Embed = slices.Clone(rows.Embed[min(from, n):])
+			rows.Hidden = slices.Clone(rows.Hidden[min(from, n):])
+			rows.TokenIDs = slices.Clone(rows.TokenIDs)
 			done := !e.open
 			if done {
-				delete(s.entries, key)
+				s.removeLocked(key)
 			} else {
 				e.expires = s.cfg.Now().Add(s.cfg.TTL)
 			}
 			s.mu.Unlock()
-			return &st, done, nil
+			return &rows, done, waited, nil
 		}
 		grown := e.grown
 		s.mu.Unlock()
+		waited = true
 		select {
 		case <-grown:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, false, waited, ctx.Err()
 		}
 	}
 }
 
-// DoneHeader is set to "true" on the answer to a read whose rows are the
-// stash's last.
-const DoneHeader = "Omnipd-Conditioning-Done"
+// errNotStashed marks a read that waited in vain for its key to be
+// stashed; over HTTP it is an empty answer, as a wait for rows is.
+var errNotStashed = errors.New("not stashed while the read waited")
+
+// Headers of the answer to a read over HTTP: DoneHeader is "true" when its
+// rows are the stash's last, WaitedHeader when the worker had nothing at
+// the offset when the read came and waited for the Thinker.
+const (
+	DoneHeader   = "Omnipd-Conditioning-Done"
+	WaitedHeader = "Omnipd-Conditioning-Waited"
+)
+
+// ReadInfo is how a read over HTTP went (see FetchFrom).
+type ReadInfo struct {
+	// Done: the rows returned are the stash's last; the worker freed it.
+	Done bool
+	// Waited: the reader was ahead of the Thinker — nothing was there at
+	// the offset when the read came (vllm-omni's WAITING_FOR_CHUNK).
+	Waited bool
+}
 
 func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 	from, err := strconv.Atoi(r.URL.Query().Get("from"))
@@ -153,10 +197,12 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadWait)
 	defer cancel()
-	st, done, err := s.Read(ctx, key, from)
+	st, done, waited, err := s.read(ctx, key, from)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-		// Nothing new yet: an empty answer, and the reader asks again.
+	case (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errNotStashed)) && r.Context().Err() == nil:
+		// Nothing new yet — no row at the offset, or no stash yet (its leg
+		// is on its way to this worker): an empty answer, and the reader
+		// asks again.
 		st, done, err = &Stash{}, false, nil
 	case errors.Is(err, ErrNotFound):
 		http.Error(w, err.Error(), http.StatusNotFound)
@@ -169,20 +215,21 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	w.Header().Set(DoneHeader, strconv.FormatBool(done))
+	w.Header().Set(WaitedHeader, strconv.FormatBool(waited))
 	writeStash(w, st)
 }
 
 // FetchFrom reads a stash's rows from offset from at the worker at
 // baseURL (see Store.Read): none when nothing came in the worker's wait,
 // done with the last. The worker frees the stash once done was sent.
-func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*Stash, bool, error) {
+func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*Stash, ReadInfo, error) {
 	body, hdr, err := callHeader(ctx, client, http.MethodGet, baseURL, url.PathEscape(key)+"?from="+strconv.Itoa(from), secret)
 	if err != nil {
-		return nil, false, err
+		return nil, ReadInfo{}, err
 	}
 	st, err := Decode(body)
 	if err != nil {
-		return nil, false, err
+		return nil, ReadInfo{}, err
 	}
-	return st, hdr.Get(DoneHeader) == "true", nil
+	return st, ReadInfo{Done: hdr.Get(DoneHeader) == "true", Waited: hdr.Get(WaitedHeader) == "true"}, nil
 }

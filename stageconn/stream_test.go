@@ -168,7 +168,8 @@ func TestGrowingStashOverHTTP(t *testing.T) {
 	res := make(chan result, 1)
 	go func() {
 		st, reads, err := readAll(context.Background(), func(ctx context.Context, from int) (*Stash, bool, error) {
-			return FetchFrom(ctx, hs.Client(), hs.URL, "a/b", "", from)
+			st, info, err := FetchFrom(ctx, hs.Client(), hs.URL, "a/b", "", from)
+			return st, info.Done, err
 		})
 		res <- result{st, reads, err}
 	}()
@@ -189,9 +190,9 @@ func TestGrowingStashOverHTTP(t *testing.T) {
 	if err := s.Put("whole", src); err != nil {
 		t.Fatal(err)
 	}
-	st, done, err := FetchFrom(context.Background(), hs.Client(), hs.URL, "whole", "", 2)
-	if err != nil || !done || !reflect.DeepEqual(st.Embed, src.Embed[2:]) {
-		t.Errorf("put stash from offset 2: done %v, err %v", done, err)
+	st, info, err := FetchFrom(context.Background(), hs.Client(), hs.URL, "whole", "", 2)
+	if err != nil || !info.Done || info.Waited || !reflect.DeepEqual(st.Embed, src.Embed[2:]) {
+		t.Errorf("put stash from offset 2: %+v, err %v", info, err)
 	}
 	if _, _, err := FetchFrom(context.Background(), hs.Client(), hs.URL, "whole", "", 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second read of a finished stash: %v", err)
@@ -199,4 +200,88 @@ func TestGrowingStashOverHTTP(t *testing.T) {
 	if n := s.Len(); n != 0 {
 		t.Errorf("%d stashes left", n)
 	}
+}
+
+// A read may come before the stash it asks for (the Talker of a whole
+// answer starts when the decode leg is sent): it waits for the stash to be
+// opened, while a read of a key whose stash ended, or that was released,
+// answers not found at once rather than waiting for a stash that will
+// never come.
+func TestReadBeforeStash(t *testing.T) {
+	src := sample(2, 2)
+	s := NewStore(Config{})
+	errc := make(chan error, 1)
+	got := make(chan *Stash, 1)
+	go func() {
+		st, _, err := readAll(context.Background(), func(ctx context.Context, from int) (*Stash, bool, error) { return s.Read(ctx, "later", from) })
+		got <- st
+		errc <- err
+	}()
+	grow(t, s, "later", src)
+	if err := s.Append("later", src.Embed, src.Hidden, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close("later"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("read before the stash: %v", err)
+	}
+	if st := <-got; !reflect.DeepEqual(st.Embed, src.Embed) {
+		t.Errorf("read before the stash got %d rows; want the %d appended", len(st.Embed), len(src.Embed))
+	}
+
+	// Never stashed: the read waits until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, _, err := s.Read(ctx, "never", 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("read of a key never stashed: %v; want ErrNotFound once the wait ends", err)
+	}
+
+	// Ended or released: not found at once, with no deadline to end a wait.
+	s.Drop("released")
+	for _, key := range []string{"later", "released"} {
+		done := make(chan error, 1)
+		go func() { _, _, err := s.Read(context.Background(), key, 0); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotFound) {
+				t.Errorf("read of %q: %v; want ErrNotFound", key, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the read of %q, whose stash ended, waits for it", key)
+		}
+	}
+}
+
+// A read that finds nothing at its offset says it waited for the Thinker
+// (the Talker was ahead of it), also when the worker's wait ends with no
+// rows; one whose rows are there does not.
+func TestReadSaysItWaited(t *testing.T) {
+	src := sample(3, 2)
+	s := NewStore(Config{ReadWait: 20 * time.Millisecond})
+	mux := http.NewServeMux()
+	mux.Handle(Path+"{key}", s.Handler())
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	grow(t, s, "k", src)
+	if err := s.Append("k", src.Embed[:1], src.Hidden[:1], nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		from   int
+		rows   int
+		waited bool
+	}{{0, 1, false}, {1, 0, true}} {
+		st, info, err := FetchFrom(context.Background(), hs.Client(), hs.URL, "k", "", c.from)
+		if err != nil || len(st.Embed) != c.rows || info.Waited != c.waited || info.Done {
+			t.Errorf("read from %d: %d rows, %+v, err %v; want %d rows, waited %v", c.from, len(st.Embed), info, err, c.rows, c.waited)
+		}
+	}
+	// No stash yet (its leg is on its way): an empty answer that waited.
+	st, info, err := FetchFrom(context.Background(), hs.Client(), hs.URL, "not-yet", "", 0)
+	if err != nil || len(st.Embed) != 0 || !info.Waited {
+		t.Errorf("read of a key not stashed yet: %d rows, %+v, err %v; want an empty answer that waited", len(st.Embed), info, err)
+	}
+	s.Drop("k")
 }

@@ -71,7 +71,7 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 		err  error
 	)
 	if req.AsyncChunk {
-		feed = &stashFeed{s: s, ctx: r.Context(), handles: req.Conditioning}
+		feed = &stashFeed{s: s, m: m, ctx: r.Context(), handles: req.Conditioning}
 		defer feed.release()
 		c, err = feed.head()
 	} else {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/engine/talker"
+	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
 )
@@ -18,6 +19,7 @@ import (
 // the prompt's last position — stageconn.Merge, row by row.
 type stashFeed struct {
 	s       *TalkerServer
+	m       *metrics.StageRequest
 	ctx     context.Context
 	handles []stageapi.ConditioningHandle
 	// skip maps a row of the merged conditioning to the decode stash's:
@@ -34,15 +36,17 @@ var _ talker.Feed = (*stashFeed)(nil)
 func (f *stashFeed) read(i, from int) (*stageconn.Stash, bool, error) {
 	h := f.handles[i]
 	for {
-		st, done, err := stageconn.FetchFrom(f.ctx, f.s.client, h.URL, h.Key, f.s.secret, from)
+		start := time.Now()
+		st, info, err := stageconn.FetchFrom(f.ctx, f.s.client, h.URL, h.Key, f.s.secret, from)
 		if err != nil {
 			return nil, false, fmt.Errorf("conditioning %q from %s: %w", h.Key, h.URL, err)
 		}
-		if done {
+		f.m.ConditioningRead(len(st.Embed), info.Waited, time.Since(start))
+		if info.Done {
 			f.done[i] = true
 		}
-		if done || len(st.Embed) > 0 {
-			return st, done, nil
+		if info.Done || len(st.Embed) > 0 {
+			return st, info.Done, nil
 		}
 	}
 }

@@ -58,7 +58,10 @@ type Stage struct {
 	// DefaultSamplingParams, Env and EngineArgs are mappings kept as written.
 	DefaultSamplingParams *Node
 	Env                   *Node
-	// AsyncChunk is the stage's opt-out of pipeline-wide async chunking.
+	// AsyncChunk is the stage's own async_chunk, when it sets one: an
+	// engine argument of each stage in vllm-omni (OmniEngineArgs.async_chunk,
+	// vllm_omni/engine/arg_utils.py), which the pipeline-wide value
+	// otherwise supplies. See Document.StreamsConditioning.
 	AsyncChunk *bool
 	// EngineArgs are keys omnipd does not interpret; they go to the engine.
 	EngineArgs *Node
@@ -177,4 +180,36 @@ func (d *Document) Topology() *topology.Topology {
 		t.Stages = append(t.Stages, ts)
 	}
 	return t
+}
+
+// StageAsyncChunk is whether stage s runs with async chunking: its own
+// async_chunk when it sets one, else the pipeline's.
+func (d *Document) StageAsyncChunk(s *Stage) bool {
+	if s.AsyncChunk != nil {
+		return *s.AsyncChunk
+	}
+	return d.AsyncChunk
+}
+
+// StreamsConditioning is whether the Thinker's conditioning rows reach the
+// Talker as they are made: only when both ends of that edge — every Thinker
+// stage (prefill and decode under PD) and the Talker — run with async
+// chunking. A stage that opts out reads or writes its rows whole, so the
+// edge falls back to the batch hand-off; the audio is the same either way.
+func (d *Document) StreamsConditioning() bool {
+	talker := false
+	for _, s := range d.Stages {
+		switch s.ModelStage {
+		case "thinker":
+			if !d.StageAsyncChunk(s) {
+				return false
+			}
+		case "talker":
+			if !d.StageAsyncChunk(s) {
+				return false
+			}
+			talker = true
+		}
+	}
+	return talker
 }

@@ -247,9 +247,12 @@ func (d *Document) writeStreamedEdges(b *strings.Builder) {
 		switch s.ModelStage {
 		case "talker":
 			from := strings.Join(thinkers, ",")
-			if d.AsyncChunk {
-				fmt.Fprintf(b, "  streams: %s -> [%d] conditioning rows as %s makes them, for streamed answers (a whole answer waits for the Thinker)\n", from, s.ID, maker)
-			} else {
+			switch {
+			case d.StreamsConditioning():
+				fmt.Fprintf(b, "  streams: %s -> [%d] conditioning rows as %s makes them, for streamed and whole answers\n", from, s.ID, maker)
+			case d.AsyncChunk:
+				fmt.Fprintf(b, "  waits: %s -> [%d] conditioning once the Thinker has finished (a stage sets async_chunk: false)\n", from, s.ID)
+			default:
 				fmt.Fprintf(b, "  waits: %s -> [%d] conditioning once the Thinker has finished (async_chunk: false)\n", from, s.ID)
 			}
 		case "code2wav":

@@ -202,8 +202,14 @@ func TestValidateSaysWhichEdgesStream(t *testing.T) {
 	for _, tt := range []struct {
 		async bool
 		pd    bool
+		extra string // appended to the config
 		want  []string
 	}{
+		// A stage's own async_chunk: false (an engine argument of each
+		// stage in vllm-omni) turns the edge it ends back to the batch
+		// hand-off.
+		{async: true, pd: true, extra: "stages:\n  - stage_id: 1\n    async_chunk: false\n", want: []string{
+			"waits: [0],[1] -> [2] conditioning once the Thinker has finished (a stage sets async_chunk: false)"}},
 		{async: true, pd: true, want: []string{
 			"streams: [0],[1] -> [2] conditioning rows as the decode makes them",
 			"streams: [2] -> [3] codec frames in chunks of 4, then 25 (left context 25)"}},
@@ -212,8 +218,8 @@ func TestValidateSaysWhichEdgesStream(t *testing.T) {
 		{async: false, pd: true, want: []string{
 			"waits: [0],[1] -> [2] conditioning once the Thinker has finished (async_chunk: false)"}},
 	} {
-		cfg := filepath.Join(dir, fmt.Sprintf("async-%v.yaml", tt.async))
-		text := fmt.Sprintf("base_config: %s\nasync_chunk: %v\n", mustAbs(t, fixtures+"qwen3_omni_moe.yaml"), tt.async)
+		cfg := filepath.Join(dir, fmt.Sprintf("async-%v-%d.yaml", tt.async, len(tt.extra)))
+		text := fmt.Sprintf("base_config: %s\nasync_chunk: %v\n%s", mustAbs(t, fixtures+"qwen3_omni_moe.yaml"), tt.async, tt.extra)
 		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}

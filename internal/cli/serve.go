@@ -98,7 +98,7 @@ serve on one host need only different --port values.`,
 	f.BoolVar(&pd, "pd", true, "disaggregate the Thinker into prefill and decode (false: one colocated Thinker stage)")
 	// Unset (Changed false), the config decides; the zero default keeps
 	// cobra from printing a default that is not one.
-	f.BoolVar(&asyncChunk, "async-chunk", false, "stream the Thinker's rows to the Talker as the decode makes them, so audio starts while the text streams (default: the config's async_chunk)")
+	f.BoolVar(&asyncChunk, "async-chunk", false, "stream the Thinker's rows to the Talker as the decode makes them, so audio starts while the text streams (default: the config's async_chunk; a stage's own async_chunk: false still turns it off for its edge)")
 	f.DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.StringVar(&modelName, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.DurationVar(&stageIdle, "stage-idle-timeout", orchestrator.DefaultStageIdleTimeout,
@@ -416,7 +416,7 @@ func kvHost(s *deploy.Stage) string {
 // codec chunking from the stage connector that feeds Code2Wav, as vllm-omni
 // reads them.
 func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
-	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.AsyncChunk}
+	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.StreamsConditioning()}
 	for _, s := range doc.Stages {
 		switch s.ModelStage {
 		case "thinker":

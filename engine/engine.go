@@ -130,6 +130,28 @@ type Request struct {
 	// since the one before (Event.Rows), for a stage that streams them
 	// (async chunk); without it only the last event carries them, whole.
 	StreamRows bool
+	// Multimodal, when set, is what the prompt's media add to its tokens:
+	// rotary positions and encoder rows at the placeholders.
+	Multimodal *Multimodal
+}
+
+// Multimodal is a multimodal prompt's inputs beyond its token ids.
+type Multimodal struct {
+	// Positions are the prompt's TM-RoPE positions (temporal, height,
+	// width), one per prompt token; a generated token at sequence index i
+	// takes i + Delta on every row.
+	Positions [][3]int
+	Delta     int
+	// Placeholder marks the prompt positions whose input is an encoder
+	// row rather than their token's embedding.
+	Placeholder []bool
+	// Encode returns those rows, one per prompt position (nil elsewhere):
+	// it runs the encoders. The engine calls it at most once, and only when
+	// it computes a placeholder position — never for a decode whose KV
+	// import brought the prompt (its last position is text), so a decode
+	// runs no encoder unless it must recompute the prompt (a failed import
+	// with kv_load_failure_policy recompute, or a preemption).
+	Encode func() ([][]float32, error)
 }
 
 // Event is what a request produces: one per generated token, and a last
@@ -271,6 +293,10 @@ type sequence struct {
 	imported     chan importResult
 	importTried  bool
 	cancelImport context.CancelFunc
+
+	// mmRows are the encoder rows of a multimodal prompt, once computed
+	// (Multimodal.Encode); kept across preemption.
+	mmRows [][]float32
 }
 
 type importResult struct {
@@ -309,6 +335,9 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	}
 	if max := e.model.Config.MaxPositionEmbeddings; max > 0 && len(req.Prompt)+req.Params.MaxTokens > max {
 		return nil, fmt.Errorf("%w: %d prompt tokens + %d max_tokens exceed the model's context of %d", ErrPromptTooLong, len(req.Prompt), req.Params.MaxTokens, max)
+	}
+	if mm := req.Multimodal; mm != nil && (len(mm.Positions) != len(req.Prompt) || len(mm.Placeholder) != len(req.Prompt) || mm.Encode == nil) {
+		return nil, fmt.Errorf("%w: multimodal inputs of %d positions and %d placeholder marks for %d prompt tokens", ErrInvalidRequest, len(mm.Positions), len(mm.Placeholder), len(req.Prompt))
 	}
 	if req.CaptureLayer < 0 || req.CaptureLayer > e.model.Config.NumLayers {
 		return nil, fmt.Errorf("%w: capture layer %d is outside the model's 1..%d", ErrInvalidRequest, req.CaptureLayer, e.model.Config.NumLayers)
@@ -597,6 +626,7 @@ type work struct {
 	s      *sequence
 	n      int // positions to compute
 	logits []float32
+	err    error // the step could not be computed (an encoder failed)
 }
 
 // schedule picks what each running sequence computes this step: decodes
@@ -683,16 +713,63 @@ func (e *Engine) compute(batch []*work) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			s := w.s
-			w.logits = e.model.Forward(e.cache, s.table, s.computed, s.tokens[s.computed:s.computed+w.n], s.capture)
+			in, err := s.inputs(s.computed, w.n)
+			if err != nil {
+				w.err = err
+				return
+			}
+			w.logits = e.model.ForwardInputs(e.cache, s.table, s.computed, s.tokens[s.computed:s.computed+w.n], in, s.capture)
 		})
 	}
 	wg.Wait()
+}
+
+// inputs are the multimodal inputs of positions start..start+n-1: their
+// rotary positions, and the encoder rows of the placeholders among them,
+// encoding the prompt's media the first time one is needed. A text-only
+// request has none.
+func (s *sequence) inputs(start, n int) (model.Inputs, error) {
+	mm := s.req.Multimodal
+	if mm == nil {
+		return model.Inputs{}, nil
+	}
+	in := model.Inputs{Positions: make([][3]int, n)}
+	needRows := false
+	for t := range n {
+		i := start + t
+		if i < s.promptLen {
+			in.Positions[t] = mm.Positions[i]
+			needRows = needRows || mm.Placeholder[i]
+		} else {
+			v := i + mm.Delta
+			in.Positions[t] = [3]int{v, v, v}
+		}
+	}
+	if !needRows {
+		return in, nil
+	}
+	if s.mmRows == nil {
+		rows, err := mm.Encode()
+		if err != nil {
+			return in, fmt.Errorf("encoding the prompt's media: %w", err)
+		}
+		if len(rows) != s.promptLen {
+			return in, fmt.Errorf("the encoders gave rows for %d positions; the prompt has %d", len(rows), s.promptLen)
+		}
+		s.mmRows = rows
+	}
+	in.Embeds = s.mmRows[start:min(start+n, s.promptLen)]
+	return in, nil
 }
 
 // advance records a computed chunk and, when it reached the end of the
 // known tokens, samples the next one.
 func (e *Engine) advance(w *work) {
 	s := w.s
+	if w.err != nil {
+		e.finishRunning(s, "error", w.err)
+		return
+	}
 	if s.computed < s.promptLen {
 		e.promptComputed.Add(uint64(min(w.n, s.promptLen-s.computed)))
 	}

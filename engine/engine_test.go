@@ -348,9 +348,11 @@ func TestCancellationFreesEverything(t *testing.T) {
 	base := runtime.NumGoroutine()
 	rng := rand.New(rand.NewPCG(9, 10))
 	var wg sync.WaitGroup
+	long := greedy(200)
+	long.IgnoreEOS = true // only the client ends these
 	for i := range 40 {
 		ctx, cancel := context.WithCancel(context.Background())
-		ch, err := e.Submit(ctx, &Request{Prompt: randomPrompt(rng, 1+rng.IntN(60)), Params: greedy(200)})
+		ch, err := e.Submit(ctx, &Request{Prompt: randomPrompt(rng, 1+rng.IntN(60)), Params: long})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/omnipd/omnipd/engine/code2wav"
 	"github.com/omnipd/omnipd/engine/talker"
@@ -69,7 +70,7 @@ func TestStageWorkersExposeMetrics(t *testing.T) {
 	if status, _, _ := call(t, "POST", tk.URL+stageapi.TalkerPath, "Bearer "+testSecret, `{"conditioning":[]}`); status != 400 {
 		t.Fatalf("no conditioning: %d, want 400", status)
 	}
-	tm := scrapeSamples(t, tk.URL)
+	tm := settledSamples(t, tk.URL)
 	for name, want := range map[string]float64{
 		"omnipd_stage_requests_total{outcome=ok}":                       1,
 		"omnipd_stage_requests_total{outcome=conditioning_unavailable}": 1,
@@ -100,7 +101,9 @@ func TestStageWorkersExposeMetrics(t *testing.T) {
 	if status, _, _ := call(t, "POST", c2w.URL+stageapi.Code2WavPath, "Bearer "+testSecret, `{"codes":"", "num_frames": 3}`); status != 400 {
 		t.Fatalf("bad codes: %d, want 400", status)
 	}
-	cm := scrapeSamples(t, c2w.URL)
+	// A request is counted once its handler returns, just after the answer
+	// is written: wait for the last one to be out of flight.
+	cm := settledSamples(t, c2w.URL)
 	for name, want := range map[string]float64{
 		"omnipd_stage_requests_total{outcome=ok}":              1,
 		"omnipd_stage_requests_total{outcome=invalid_request}": 1,
@@ -122,5 +125,18 @@ func TestStageWorkersExposeMetrics(t *testing.T) {
 	}
 	if got := scrapeSamples(t, thinker.url)["omnipd_request_errors_total{status=400}"]; got != 1 {
 		t.Errorf("thinker omnipd_request_errors_total{status=400} = %v, want 1", got)
+	}
+}
+
+// settledSamples scrapes a stage worker once no request is in flight.
+func settledSamples(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m := scrapeSamples(t, url)
+		if m["vllm:num_requests_running"] == 0 || time.Now().After(deadline) {
+			return m
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

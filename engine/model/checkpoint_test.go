@@ -172,7 +172,7 @@ func TestLoadSharded(t *testing.T) {
 func TestLoadTolerates(t *testing.T) {
 	m := Default()
 	ts := tensorsOf(t, m)
-	lm, _ := safetensors.FromFloat32s("lm_head.weight", safetensors.BF16, []int{259, 64}, m.embed)
+	lm, _ := safetensors.FromFloat32s("lm_head.weight", safetensors.BF16, []int{m.Config.VocabSize, 64}, m.embed)
 	inv, _ := safetensors.FromFloat32s("model.layers.0.self_attn.rotary_emb.inv_freq", safetensors.F32, []int{8}, make([]float32, 8))
 	ts = append(ts, lm, inv)
 	got, err := Load(writeCheckpoint(t, m.Config, map[string][]safetensors.Tensor{"model.safetensors": ts}, nil))
@@ -231,7 +231,7 @@ func TestLoadErrors(t *testing.T) {
 		{"missing", cfg, one(without("model.layers.1.self_attn.k_norm.weight")), nil,
 			[]string{`missing tensor "model.layers.1.self_attn.k_norm.weight"`, "want shape [16]"}},
 		{"missing lm_head", untied, one(base()), nil,
-			[]string{`missing tensor "lm_head.weight"`, "want shape [259 64]"}},
+			[]string{`missing tensor "lm_head.weight"`, "want shape [266 64]"}},
 		{"misshaped", cfg, one(replace("model.layers.2.self_attn.q_proj.weight", f32([]int{64, 63}))), nil,
 			[]string{`"model.layers.2.self_attn.q_proj.weight" has shape [64 63], want [64 64]`, "model.safetensors"}},
 		{"transposed", cfg, one(replace("model.layers.0.mlp.down_proj.weight", f32([]int{128, 64}))), nil,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+
+	"github.com/omnipd/omnipd/engine/mmproc"
 )
 
 // Config is the geometry and constants of a Qwen3 decoder, as read from a
@@ -18,6 +20,13 @@ type Config struct {
 	// BOSTokenID is -1 when config.json has none (null or absent).
 	BOSTokenID  int
 	EOSTokenIDs []int
+	// MRope is the multimodal rotary split (rope_scaling.mrope_section and
+	// mrope_interleaved, as Qwen3-Omni's Thinker has them): which of the
+	// three position rows (temporal, height, width) each rotary frequency
+	// rotates by. The zero value is plain RoPE, every frequency on one
+	// position; a text-only prompt, whose three rows are equal, computes
+	// the same either way.
+	MRope mmproc.RotarySections
 }
 
 // Defaults of Qwen3Config in transformers, for keys config.json may omit.
@@ -59,9 +68,13 @@ type hfConfig struct {
 // ropeParameters is rope_scaling (older transformers) or rope_parameters
 // (newer); only plain RoPE is implemented.
 type ropeParameters struct {
-	RopeType  string   `json:"rope_type"`
-	Type      string   `json:"type"`
-	RopeTheta *float64 `json:"rope_theta"`
+	RopeType     string   `json:"rope_type"`
+	Type         string   `json:"type"`
+	RopeTheta    *float64 `json:"rope_theta"`
+	MRopeSection []int    `json:"mrope_section"`
+	// Qwen3-VL and Qwen3-Omni configs spell the layout flag either way.
+	MRopeInterleaved *bool `json:"mrope_interleaved"`
+	Interleaved      *bool `json:"interleaved"`
 }
 
 // LoadConfig reads a Hugging Face config.json of a Qwen3 model.
@@ -125,6 +138,17 @@ func ParseConfig(b []byte) (Config, error) {
 		}
 		if rp.p.RopeTheta != nil {
 			c.RopeTheta = *rp.p.RopeTheta
+		}
+		if sec := rp.p.MRopeSection; sec != nil {
+			if len(sec) != 3 {
+				return Config{}, fmt.Errorf("%s.mrope_section: want 3 sections (temporal, height, width), got %d", rp.key, len(sec))
+			}
+			c.MRope = mmproc.RotarySections{Temporal: sec[0], Height: sec[1], Width: sec[2]}
+			for _, b := range []*bool{rp.p.MRopeInterleaved, rp.p.Interleaved} {
+				if b != nil && *b {
+					c.MRope.Interleaved = true
+				}
+			}
 		}
 	}
 	if h.RopeTheta != nil {
@@ -256,6 +280,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: %v elements is too large", f.key, f.dims)
 		}
 	}
+	if c.MRope != (mmproc.RotarySections{}) {
+		if _, err := c.MRope.FrequencyRows(c.HeadDim / 2); err != nil {
+			return fmt.Errorf("rope_scaling.mrope_section: %w", err)
+		}
+	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("rope_theta: must be positive and finite, got %v", c.RopeTheta)
 	}
@@ -288,26 +317,34 @@ func product(dims []int) (int, bool) {
 // hfConfigOut is what Save writes: a config.json transformers loads as
 // Qwen3ForCausalLM.
 type hfConfigOut struct {
-	Architectures         []string  `json:"architectures"`
-	ModelType             string    `json:"model_type"`
-	VocabSize             int       `json:"vocab_size"`
-	HiddenSize            int       `json:"hidden_size"`
-	IntermediateSize      int       `json:"intermediate_size"`
-	NumHiddenLayers       int       `json:"num_hidden_layers"`
-	NumAttentionHeads     int       `json:"num_attention_heads"`
-	NumKeyValueHeads      int       `json:"num_key_value_heads"`
-	HeadDim               int       `json:"head_dim"`
-	HiddenAct             string    `json:"hidden_act"`
-	AttentionBias         bool      `json:"attention_bias"`
-	MaxPositionEmbeddings int       `json:"max_position_embeddings"`
-	RopeTheta             float64   `json:"rope_theta"`
-	RopeScaling           *struct{} `json:"rope_scaling"`
-	RMSNormEps            float64   `json:"rms_norm_eps"`
-	TieWordEmbeddings     bool      `json:"tie_word_embeddings"`
-	UseSlidingWindow      bool      `json:"use_sliding_window"`
-	BOSTokenID            *int      `json:"bos_token_id"`
-	EOSTokenID            any       `json:"eos_token_id"`
-	TorchDType            string    `json:"torch_dtype"`
+	Architectures         []string `json:"architectures"`
+	ModelType             string   `json:"model_type"`
+	VocabSize             int      `json:"vocab_size"`
+	HiddenSize            int      `json:"hidden_size"`
+	IntermediateSize      int      `json:"intermediate_size"`
+	NumHiddenLayers       int      `json:"num_hidden_layers"`
+	NumAttentionHeads     int      `json:"num_attention_heads"`
+	NumKeyValueHeads      int      `json:"num_key_value_heads"`
+	HeadDim               int      `json:"head_dim"`
+	HiddenAct             string   `json:"hidden_act"`
+	AttentionBias         bool     `json:"attention_bias"`
+	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
+	RopeTheta             float64  `json:"rope_theta"`
+	RopeScaling           *ropeOut `json:"rope_scaling"`
+	RMSNormEps            float64  `json:"rms_norm_eps"`
+	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
+	UseSlidingWindow      bool     `json:"use_sliding_window"`
+	BOSTokenID            *int     `json:"bos_token_id"`
+	EOSTokenID            any      `json:"eos_token_id"`
+	TorchDType            string   `json:"torch_dtype"`
+}
+
+// ropeOut is rope_scaling as Save writes it: only for multimodal rotary
+// positions (null otherwise, plain RoPE).
+type ropeOut struct {
+	RopeType         string `json:"rope_type"`
+	MRopeSection     []int  `json:"mrope_section"`
+	MRopeInterleaved bool   `json:"mrope_interleaved"`
 }
 
 func (c Config) marshal(torchDType string) ([]byte, error) {
@@ -330,6 +367,9 @@ func (c Config) marshal(torchDType string) ([]byte, error) {
 	}
 	if c.BOSTokenID >= 0 {
 		out.BOSTokenID = &c.BOSTokenID
+	}
+	if r := c.MRope; r != (mmproc.RotarySections{}) {
+		out.RopeScaling = &ropeOut{RopeType: "default", MRopeSection: []int{r.Temporal, r.Height, r.Width}, MRopeInterleaved: r.Interleaved}
 	}
 	switch len(c.EOSTokenIDs) {
 	case 0:

@@ -2,10 +2,10 @@ package model
 
 import (
 	"fmt"
-	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"slices"
 
+	"github.com/omnipd/omnipd/engine/kernel"
 	"github.com/omnipd/omnipd/engine/kvcache"
 )
 
@@ -51,6 +51,24 @@ type scratch struct {
 // vocabulary, a short block table, a cache of another geometry, or a
 // capture layer out of range.
 func (m *Model) Forward(cache *kvcache.Cache, table []int, start int, tokens []int, capture *Capture) []float32 {
+	return m.ForwardInputs(cache, table, start, tokens, Inputs{}, capture)
+}
+
+// Inputs is what a multimodal prompt adds to its token ids, for the
+// positions one Forward computes.
+type Inputs struct {
+	// Embeds[t], when not nil, is the input row of position start+t in
+	// place of its token's embedding: an encoder output at a placeholder.
+	// Nil, or shorter than the tokens: token embeddings.
+	Embeds [][]float32
+	// Positions[t] is position start+t's rotary position on each row
+	// (temporal, height, width: Qwen3-Omni's TM-RoPE, which Config.MRope
+	// maps onto the frequencies). Nil: start+t on every row, plain RoPE.
+	Positions [][3]int
+}
+
+// ForwardInputs is Forward with a multimodal prompt's inputs.
+func (m *Model) ForwardInputs(cache *kvcache.Cache, table []int, start int, tokens []int, in Inputs, capture *Capture) []float32 {
 	n := len(tokens)
 	if n == 0 {
 		return nil
@@ -58,11 +76,21 @@ func (m *Model) Forward(cache *kvcache.Cache, table []int, start int, tokens []i
 	m.checkForward(cache, table, start, tokens, capture)
 	c := &m.Config
 	hid := c.HiddenSize
-	s := m.newScratch(start, n)
+	if in.Positions != nil && len(in.Positions) != n {
+		panic(fmt.Sprintf("model: %d positions for %d tokens", len(in.Positions), n))
+	}
+	s := m.newScratch(start, n, in.Positions)
 
 	x := make([]float32, n*hid) // the residual stream of every computed position
 	for t, tok := range tokens {
-		copy(x[t*hid:(t+1)*hid], m.embed[tok*hid:(tok+1)*hid])
+		row := m.embed[tok*hid : (tok+1)*hid]
+		if t < len(in.Embeds) && in.Embeds[t] != nil {
+			if len(in.Embeds[t]) != hid {
+				panic(fmt.Sprintf("model: an input row of width %d; hidden size is %d", len(in.Embeds[t]), hid))
+			}
+			row = in.Embeds[t]
+		}
+		copy(x[t*hid:(t+1)*hid], row)
 	}
 	if capture != nil {
 		for t := range n {
@@ -119,7 +147,7 @@ func (m *Model) checkForward(cache *kvcache.Cache, table []int, start int, token
 	}
 }
 
-func (m *Model) newScratch(start, n int) *scratch {
+func (m *Model) newScratch(start, n int, positions [][3]int) *scratch {
 	c := &m.Config
 	qDim, half := c.NumHeads*c.HeadDim, c.HeadDim/2
 	span := start + n
@@ -136,10 +164,15 @@ func (m *Model) newScratch(start, n int) *scratch {
 		sin:    make([]float32, n*half),
 	}
 	// The angles depend on the position only, so every layer shares them;
-	// they are computed in float64 and rounded once.
+	// they are computed in float64 and rounded once. Frequency i rotates by
+	// the position on its row (m.freqRow); with no positions given every
+	// row is the sequence index.
 	for t := range n {
-		pos := float64(start + t)
 		for i, f := range m.invFreq {
+			pos := float64(start + t)
+			if positions != nil {
+				pos = float64(positions[t][m.freqRow[i]])
+			}
 			sin, cos := math.Sincos(pos * f)
 			s.cos[t*half+i], s.sin[t*half+i] = float32(cos), float32(sin)
 		}

@@ -20,6 +20,7 @@ import (
 	"slices"
 
 	"github.com/omnipd/omnipd/engine/kvcache"
+	"github.com/omnipd/omnipd/engine/mmproc"
 )
 
 // Model is a loaded decoder. It is immutable after construction, so one
@@ -33,6 +34,7 @@ type Model struct {
 	lmHead []float32 // [vocab][hidden]; the same slice as embed when tied
 
 	invFreq []float64 // [headDim/2] rotary frequencies
+	freqRow []int     // [headDim/2] the position row (0 t, 1 h, 2 w) each frequency rotates by
 }
 
 // layer holds one decoder layer's weights; linear weights are [out][in]
@@ -71,6 +73,16 @@ func newModel(c Config) *Model {
 	m.invFreq = make([]float64, c.HeadDim/2)
 	for i := range m.invFreq {
 		m.invFreq[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
+	}
+	m.freqRow = make([]int, c.HeadDim/2) // plain RoPE: all temporal
+	if c.MRope != (mmproc.RotarySections{}) {
+		rows, err := c.MRope.FrequencyRows(c.HeadDim / 2)
+		if err != nil {
+			panic(err) // Validate checked it
+		}
+		for i, r := range rows {
+			m.freqRow[i] = int(r)
+		}
 	}
 	return m
 }
@@ -114,10 +126,14 @@ func (m *Model) tie() {
 }
 
 // DefaultConfig is the geometry of the built-in model: byte-level
-// vocabulary (256 bytes, then <|endoftext|>, <|im_start|>, <|im_end|>).
+// vocabulary (256 bytes, then <|endoftext|>, <|im_start|>, <|im_end|>, and
+// the seven multimodal markers of tokenizer.Default), with Qwen3-Omni's
+// interleaved multimodal rotary layout scaled to its 8 frequencies
+// (mmproc.RotarySections.FrequencyRows).
 func DefaultConfig() Config {
 	return Config{
-		VocabSize:             259,
+		VocabSize:             266,
+		MRope:                 mmproc.RotarySections{Temporal: 4, Height: 2, Width: 2, Interleaved: true},
 		HiddenSize:            64,
 		IntermediateSize:      128,
 		NumLayers:             4,

@@ -3,9 +3,10 @@ package talker
 import (
 	"errors"
 	"fmt"
-	"github.com/omnipd/omnipd/engine/kernel"
 	"math"
 	"slices"
+
+	"github.com/omnipd/omnipd/engine/kernel"
 )
 
 // ErrInvalidConditioning is wrapped by every error about a malformed
@@ -45,7 +46,9 @@ type Segmenter struct {
 }
 
 // DefaultSegmenter is for the reference Thinker's byte-level tokenizer:
-// <|im_start|> 257, <|im_end|> 258, role words spelled in bytes.
+// <|im_start|> 257, <|im_end|> 258, role words spelled in bytes, and its
+// placeholders <|audio_pad|> 261, <|image_pad|> 264, <|video_pad|> 265
+// (engine/tokenizer.Default).
 func DefaultSegmenter() Segmenter {
 	return Segmenter{
 		IMStart: 257,
@@ -55,12 +58,16 @@ func DefaultSegmenter() Segmenter {
 			RoleUser:      bytesOf(RoleUser),
 			RoleAssistant: bytesOf(RoleAssistant),
 		},
+		Multimodal: []int{261, 264, 265},
 	}
 }
 
 // QwenSegmenter is for the real Qwen3-Omni tokenizer (<|im_start|> 151644,
-// <|im_end|> 151645, system 8948, user 872, assistant 77091). Multimodal is
-// left empty: the reference engine has no audio or vision encoders.
+// <|im_end|> 151645, system 8948, user 872, assistant 77091). Its
+// multimodal positions are the placeholders audio_token_id 151675,
+// image_token_id 151655 and video_token_id 151656, the mask transformers'
+// Qwen3-Omni builds before the Talker's prefill (multimodal_mask in
+// modeling_qwen3_omni_moe.py; ids in docs/multimodal/processor.md).
 func QwenSegmenter() Segmenter {
 	return Segmenter{
 		IMStart: 151644,
@@ -70,6 +77,7 @@ func QwenSegmenter() Segmenter {
 			RoleUser:      {872},
 			RoleAssistant: {77091},
 		},
+		Multimodal: []int{151675, 151655, 151656},
 	}
 }
 

@@ -68,12 +68,12 @@ func TestQwen3(t *testing.T) {
 		msgs []Message
 		want []int
 	}{
-		{[]Message{{"user", "Hello!"}}, []int{151644, 872, 198, 9707, 0, 151645, 198, 151644, 77091, 198}},
+		{[]Message{{Role: "user", Content: "Hello!"}}, []int{151644, 872, 198, 9707, 0, 151645, 198, 151644, 77091, 198}},
 		{[]Message{
-			{"system", "You are helpful."},
-			{"user", "\n  leading newline and 2 spaces"},
-			{"assistant", "Sure: 1+1=2."},
-			{"user", "naïve café 中文 🙂"},
+			{Role: "system", Content: "You are helpful."},
+			{Role: "user", Content: "\n  leading newline and 2 spaces"},
+			{Role: "assistant", Content: "Sure: 1+1=2."},
+			{Role: "user", Content: "naïve café 中文 🙂"},
 		}, []int{
 			151644, 8948, 198, 2610, 525, 10950, 13, 151645, 198,
 			151644, 872, 271, 220, 6388, 39027, 323, 220, 17, 12621, 151645, 198,

@@ -43,6 +43,21 @@ const (
 	IMEnd     = "<|im_end|>"
 )
 
+// Qwen3-Omni's multimodal markers and placeholders, as its chat template
+// renders a media part (docs/multimodal/processor.md): an audio as
+// AudioStart AudioPad AudioEnd, an image as VisionStart ImagePad VisionEnd,
+// a video as VisionStart VideoPad VisionEnd; the processor then repeats each
+// pad to the item's token count.
+const (
+	AudioStart  = "<|audio_start|>"
+	AudioEnd    = "<|audio_end|>"
+	AudioPad    = "<|audio_pad|>"
+	VisionStart = "<|vision_start|>"
+	VisionEnd   = "<|vision_end|>"
+	ImagePad    = "<|image_pad|>"
+	VideoPad    = "<|video_pad|>"
+)
+
 // Tokenizer is a byte-level BPE tokenizer. Build one with Default, Parse or Load.
 type Tokenizer struct {
 	// vocab maps a model token, in its byte-level spelling ("Ġthe"), to its id.
@@ -105,6 +120,16 @@ type addedToken struct {
 type Message struct {
 	Role    string
 	Content string
+	// Parts, when not nil, is the content instead of Content: text and
+	// special tokens in order, as a turn with media parts renders.
+	Parts []Part
+}
+
+// Part is a piece of a turn's content: text, encoded as plain text, or one
+// special token by its content (such as AudioPad), which becomes its id.
+type Part struct {
+	Text    string
+	Special string
 }
 
 var defaultTokenizer = sync.OnceValue(func() *Tokenizer {
@@ -118,6 +143,13 @@ var defaultTokenizer = sync.OnceValue(func() *Tokenizer {
 			{id: 256, content: EndOfText, special: true},
 			{id: 257, content: IMStart, special: true},
 			{id: 258, content: IMEnd, special: true},
+			{id: 259, content: AudioStart, special: true},
+			{id: 260, content: AudioEnd, special: true},
+			{id: 261, content: AudioPad, special: true},
+			{id: 262, content: VisionStart, special: true},
+			{id: 263, content: VisionEnd, special: true},
+			{id: 264, content: ImagePad, special: true},
+			{id: 265, content: VideoPad, special: true},
 		},
 		unk: -1,
 	})
@@ -128,8 +160,9 @@ var defaultTokenizer = sync.OnceValue(func() *Tokenizer {
 })
 
 // Default returns the built-in tokenizer that needs no files: ids 0..255 are the
-// bytes 0..255, 256 is <|endoftext|>, 257 <|im_start|>, 258 <|im_end|> (all
-// special), and there are no merges, so every byte is its own token. No
+// bytes 0..255, 256 is <|endoftext|>, 257 <|im_start|>, 258 <|im_end|>, then
+// the multimodal markers 259..265 (AudioStart, AudioEnd, AudioPad,
+// VisionStart, VisionEnd, ImagePad, VideoPad; all special), and there are no merges, so every byte is its own token. No
 // normaliser runs, which keeps Decode(Encode(s)) == s for every valid UTF-8
 // string (and Encode(s) == the bytes of s for any string).
 // The same value is returned on every call; it is immutable.
@@ -247,7 +280,11 @@ func (t *Tokenizer) applyChatTemplate(msgs []Message, addGenerationPrompt bool, 
 			// Refused before the turn's text is even put together.
 			return ids
 		}
-		ids = t.encode(ids, m.Role+"\n"+m.Content, false, b)
+		if m.Parts == nil {
+			ids = t.encode(ids, m.Role+"\n"+m.Content, false, b)
+		} else {
+			ids = t.appendParts(ids, m.Role+"\n", m.Parts, b)
+		}
 		ids = t.appendMarker(ids, IMEnd, b)
 		ids = t.encode(ids, "\n", false, b)
 		if b.exceeded(ids, 0) {
@@ -259,6 +296,26 @@ func (t *Tokenizer) applyChatTemplate(msgs []Message, addGenerationPrompt bool, 
 		ids = t.encode(ids, "assistant\n", false, b)
 	}
 	return ids
+}
+
+// appendParts encodes a turn's parts after head (the role line): each run
+// of text between special tokens as one piece, as the rendered string is
+// tokenized, and each special token as its id.
+func (t *Tokenizer) appendParts(dst []int, head string, parts []Part, b *bound) []int {
+	text := head
+	for _, p := range parts {
+		if p.Special == "" {
+			text += p.Text
+			continue
+		}
+		dst = t.encode(dst, text, false, b)
+		text = ""
+		dst = t.appendMarker(dst, p.Special, b)
+		if b.exceeded(dst, 0) {
+			return dst
+		}
+	}
+	return t.encode(dst, text, false, b)
 }
 
 func (t *Tokenizer) appendMarker(dst []int, content string, b *bound) []int {

@@ -53,8 +53,8 @@ func TestDefaultEncodesBytes(t *testing.T) {
 
 func TestDefaultShape(t *testing.T) {
 	tok := Default()
-	if got := tok.VocabSize(); got != 259 {
-		t.Errorf("VocabSize = %d, want 259", got)
+	if got := tok.VocabSize(); got != 266 {
+		t.Errorf("VocabSize = %d, want 266", got)
 	}
 	if got := tok.EOSTokenIDs(); !slices.Equal(got, []int{258, 256}) {
 		t.Errorf("EOSTokenIDs = %v, want [258 256]", got)
@@ -67,7 +67,7 @@ func TestDefaultShape(t *testing.T) {
 	if _, ok := tok.TokenID(" "); ok {
 		t.Error(`TokenID(" ") found a token; vocab entries are spelled byte-level ("Ġ")`)
 	}
-	for id, want := range map[int]bool{256: true, 257: true, 258: true, 0: false, 'a': false, 259: false, -1: false} {
+	for id, want := range map[int]bool{256: true, 257: true, 258: true, 0: false, 'a': false, 259: true, 265: true, 266: false, -1: false} {
 		if got := tok.IsSpecial(id); got != want {
 			t.Errorf("IsSpecial(%d) = %v, want %v", id, got, want)
 		}
@@ -592,4 +592,34 @@ func byteLevelPre(d map[string]any) map[string]any {
 }
 func appendMerge(d map[string]any, m any) {
 	model(d)["merges"] = append(model(d)["merges"].([]any), m)
+}
+
+// A turn with media renders its parts in order: each run of text as the
+// rendered string tokenizes it, each marker as its special id; a marker's
+// text inside a text part stays plain text, so a user cannot forge one.
+func TestChatTemplateParts(t *testing.T) {
+	tok := Default()
+	id := func(s string) int {
+		v, ok := tok.TokenID(s)
+		if !ok {
+			t.Fatalf("no token %q", s)
+		}
+		return v
+	}
+	got := tok.ApplyChatTemplate([]Message{{Role: "user", Parts: []Part{
+		{Special: AudioStart}, {Special: AudioPad}, {Special: AudioEnd},
+		{Text: "hi " + ImagePad},
+	}}}, false)
+	want := []int{id(IMStart)}
+	want = append(want, tok.Encode("user\n")...)
+	want = append(want, id(AudioStart), id(AudioPad), id(AudioEnd))
+	want = append(want, tok.Encode("hi "+ImagePad)...)
+	want = append(want, id(IMEnd))
+	want = append(want, tok.Encode("\n")...)
+	if !slices.Equal(got, want) {
+		t.Errorf("parts render as %v; want %v", got, want)
+	}
+	if slices.Contains(got, id(ImagePad)) {
+		t.Error("a marker spelled in a text part became its special id")
+	}
 }

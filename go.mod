@@ -3,6 +3,7 @@ module github.com/omnipd/omnipd
 go 1.26.8
 
 require (
+	github.com/hajimehoshi/go-mp3 v0.3.4
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2

@@ -61,6 +61,7 @@ type Worker struct {
 	e2e            prometheus.Histogram
 	kvImportFail   prometheus.Counter
 	errors         *prometheus.CounterVec
+	encoderRuns    *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
@@ -100,8 +101,15 @@ func NewWorker(model string, load WorkerLoad, kv KVLeaseStats) *Worker {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_request_errors_total", Help: "Requests answered with an error, by HTTP status.", ConstLabels: labels,
 		}, []string{"status"}),
+		encoderRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_encoder_runs_total", ConstLabels: labels,
+			Help: "Media items this worker ran an encoder on, by modality; a decode whose KV import brought the prompt runs none.",
+		}, []string{"modality"}),
 	}
-	reg.MustRegister(w.promptBySource, w.promptTokens, w.genTokens, w.success, w.ttft, w.itl, w.e2e, w.kvImportFail, w.errors)
+	for _, m := range []string{"audio", "image", "video"} {
+		w.encoderRuns.WithLabelValues(m)
+	}
+	reg.MustRegister(w.promptBySource, w.promptTokens, w.genTokens, w.success, w.ttft, w.itl, w.e2e, w.kvImportFail, w.errors, w.encoderRuns)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_running", Help: "Requests computing in the engine.", ConstLabels: labels},
 			func() float64 { return float64(load.Running()) }),
@@ -178,6 +186,10 @@ func (w *Worker) RecordKVImportFailure() { w.kvImportFail.Inc() }
 // RecordError counts a request a worker answered with an error, by HTTP
 // status; a client that went away is not one.
 func (w *Worker) RecordError(status int) { w.errors.WithLabelValues(strconv.Itoa(status)).Inc() }
+
+// RecordEncoderRun counts one media item encoded: modality is "audio",
+// "image" or "video" (a video's own audio counts as audio).
+func (w *Worker) RecordEncoderRun(modality string) { w.encoderRuns.WithLabelValues(modality).Inc() }
 
 // Outcomes of a Talker or Code2Wav request, as omnipd_stage_requests_total
 // labels them.

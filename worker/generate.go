@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/sampler"
-	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageconn"
 )
@@ -30,6 +30,8 @@ type generation struct {
 	// conditioning asks to keep the per-position conditioning under a key
 	// for the Talker (omni extension: "omnipd_conditioning": {"key", "layer"}).
 	conditioning *conditioningRequest
+	// mm is a multimodal prompt's positions and encoders.
+	mm *engine.Multimodal
 }
 
 type conditioningRequest struct {
@@ -84,16 +86,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	g := &generation{chat: true, model: req.Model, kvParams: req.KVTransferParams}
-	msgs := make([]tokenizer.Message, 0, len(req.Messages))
-	for i, m := range req.Messages {
-		if m.Content != nil {
-			for j, part := range m.Content.Parts {
-				if part.Type != openai.PartText {
-					return openai.InvalidRequest(fmt.Sprintf("messages[%d].content[%d].type", i, j), fmt.Sprintf("content of type %q is not supported by the reference Thinker; send text", part.Type))
-				}
-			}
-		}
-		msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Text()})
+	msgs, media, err := s.media.prepare(r.Context(), req)
+	if err != nil {
+		return err
 	}
 	// vLLM's add_generation_prompt (default true) ends the prompt with the
 	// assistant turn's header.
@@ -105,6 +100,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	}
 	if g.prompt, err = s.promptTokens(true, "", msgs, addGen); err != nil {
 		return err
+	}
+	if media != nil {
+		if g.prompt, g.mm, err = s.media.multimodal(g.prompt, media); err != nil {
+			return openai.InvalidRequest("messages", err.Error())
+		}
+		if len(g.prompt) > s.cfg.MaxModelLen-1 {
+			return s.promptTooLong(true, strconv.Itoa(len(g.prompt)))
+		}
 	}
 	if req.Logprobs != nil && *req.Logprobs {
 		return openai.InvalidRequest("logprobs", "logprobs are not supported by the reference worker")
@@ -191,7 +194,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	if err != nil {
 		return err
 	}
-	req := &engine.Request{ID: id, Prompt: g.prompt, Params: g.params}
+	req := &engine.Request{ID: id, Prompt: g.prompt, Params: g.params, Multimodal: g.mm}
 	if g.conditioning != nil {
 		req.CaptureLayer = g.conditioning.Layer
 		req.StreamRows = g.conditioning.Stream

@@ -53,7 +53,9 @@ type Config struct {
 	TTSTokenIDs [3]int
 	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
 	StashTTL time.Duration
-	Logger   *slog.Logger
+	// Media is what media parts the worker takes, and from where.
+	Media  MediaConfig
+	Logger *slog.Logger
 }
 
 // Server is a running worker: an http.Handler plus its KV side channel.
@@ -63,6 +65,7 @@ type Server struct {
 	kv      *kvPath
 	stashes *stageconn.Store
 	metrics *metrics.Worker
+	media   *media
 	mux     *http.ServeMux
 	log     *slog.Logger
 	created int64
@@ -115,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 		leases = kv
 	}
 	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
+	if s.media, err = newMedia(cfg.Media, cfg.Engine.Tokenizer(), cfg.Engine.Model().Config.HiddenSize, s.metrics); err != nil {
+		return nil, err
+	}
 	s.metrics.WatchStashes(s.stashes.Len)
 	s.mux.Handle(stageconn.Path+"{key}", s.stashes.Handler())
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))

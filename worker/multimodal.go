@@ -1,0 +1,374 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/audioproc"
+	"github.com/omnipd/omnipd/engine/encoder"
+	"github.com/omnipd/omnipd/engine/mmproc"
+	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/engine/visionproc"
+	"github.com/omnipd/omnipd/mediafetch"
+	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/openai"
+)
+
+// MediaConfig is what media a reference Thinker accepts and from where:
+// vLLM's --allowed-media-domains, --allowed-local-media-path and
+// --limit-mm-per-prompt, and a byte limit per item (docs/multimodal/api.md).
+// The zero value takes inline media only (data: URLs and input_audio), at
+// most vLLM's default count per modality, each at most
+// mediafetch.DefaultMaxBytes.
+type MediaConfig struct {
+	Policy mediafetch.Policy
+	Limits openai.MediaLimits
+}
+
+// The encoders' weights come from fixed seeds, so every worker of a
+// deployment — prefill, decode, colocated — has the same encoders, as they
+// would load the same checkpoint.
+const (
+	audioEncoderSeed  = 0x4155_4449_4f00 // "AUDIO"
+	visionEncoderSeed = 0x5649_5349_4f4e // "VISION"
+)
+
+// media is a Thinker worker's multimodal input path: the fetch policy and
+// the encoders. The processors (audioproc, visionproc, mmproc) are pure.
+type media struct {
+	cfg     MediaConfig
+	fetch   *mediafetch.Fetcher
+	audio   *encoder.AudioEncoder
+	vision  *encoder.VisionEncoder
+	tokens  mmproc.Tokens
+	metrics *metrics.Worker
+}
+
+func newMedia(cfg MediaConfig, tok *tokenizer.Tokenizer, hidden int, m *metrics.Worker) (*media, error) {
+	if cfg.Policy.MaxBytes <= 0 {
+		cfg.Policy.MaxBytes = mediafetch.DefaultMaxBytes
+	}
+	fetch, err := mediafetch.NewFetcher(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("worker: media policy: %w", err)
+	}
+	audio, err := encoder.NewAudioEncoder(encoder.DefaultAudioConfig(hidden), audioEncoderSeed)
+	if err != nil {
+		return nil, fmt.Errorf("worker: audio encoder: %w", err)
+	}
+	vision, err := encoder.NewVisionEncoder(encoder.DefaultVisionConfig(hidden), visionEncoderSeed)
+	if err != nil {
+		return nil, fmt.Errorf("worker: vision encoder: %w", err)
+	}
+	md := &media{cfg: cfg, fetch: fetch, audio: audio, vision: vision, metrics: m}
+	// A tokenizer without the markers (a checkpoint's own, text-only) takes
+	// no media: tokens stays invalid and prepare refuses media parts.
+	ids := make([]int, 7)
+	for i, name := range []string{tokenizer.AudioStart, tokenizer.AudioEnd, tokenizer.AudioPad, tokenizer.VisionStart, tokenizer.VisionEnd, tokenizer.ImagePad, tokenizer.VideoPad} {
+		id, ok := tok.TokenID(name)
+		if !ok {
+			return md, nil
+		}
+		ids[i] = id
+	}
+	md.tokens = mmproc.Tokens{AudioStart: ids[0], AudioEnd: ids[1], AudioPad: ids[2], VisionStart: ids[3], VisionEnd: ids[4], ImagePad: ids[5], VideoPad: ids[6]}
+	return md, nil
+}
+
+func (md *media) supported() bool { return md.tokens.Validate() == nil }
+
+func (md *media) options(useAudioInVideo bool) mmproc.Options {
+	opts := mmproc.Qwen3OmniOptions()
+	opts.Tokens = md.tokens
+	opts.UseAudioInVideo = useAudioInVideo
+	return opts
+}
+
+// mediaItem is one media part, processed: its sizes (what the placeholders
+// and positions need) and what its encoder reads, kept for the encoder
+// rather than encoded now — a decode whose KV import brings the prompt
+// never encodes.
+type mediaItem struct {
+	item    mmproc.Item
+	path    string
+	mel     []float32 // audio: 16 kHz mono, padded to the hop
+	patches visionproc.Patches
+	// videoAudio is a video's own audio (use_audio_in_video), 16 kHz mono.
+	videoAudio []float32
+}
+
+// requestMedia is a chat request's media, in the order of their parts.
+type requestMedia struct {
+	items           []mediaItem
+	useAudioInVideo bool
+}
+
+// prepare reads a chat request's media parts, fetches and decodes them
+// (checking the limits), and returns the turns with each media part
+// rendered as the chat template renders it, and the media. A request with
+// no media part gets nil media. Errors are 400s naming the part.
+func (md *media) prepare(ctx context.Context, req *openai.ChatCompletionRequest) ([]tokenizer.Message, *requestMedia, error) {
+	items, err := openai.MediaItems(req, md.cfg.Policy.MaxBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	msgs := make([]tokenizer.Message, 0, len(req.Messages))
+	if len(items) == 0 {
+		for i, m := range req.Messages {
+			if m.Content != nil {
+				for j, part := range m.Content.Parts {
+					if part.Type != openai.PartText {
+						return nil, nil, openai.InvalidRequest(fmt.Sprintf("messages[%d].content[%d].type", i, j), fmt.Sprintf("content of type %q is not supported by the reference Thinker", part.Type))
+					}
+				}
+			}
+			msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Text()})
+		}
+		return msgs, nil, nil
+	}
+	if !md.supported() {
+		return nil, nil, openai.InvalidRequest(items[0].Path, "this model's tokenizer has no multimodal placeholders; send text")
+	}
+	kw, err := openai.ParseMMProcessorKwargs(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := md.cfg.Limits.Check(items, kw.UseAudioInVideo); err != nil {
+		return nil, nil, err
+	}
+	data, err := md.fetch.FetchAll(ctx, items)
+	if err != nil {
+		return nil, nil, fetchFailure(err)
+	}
+	rm := &requestMedia{useAudioInVideo: kw.UseAudioInVideo}
+	byPath := make(map[string]int, len(items))
+	for i, it := range items {
+		mi, err := md.process(it, data[i], kw.UseAudioInVideo)
+		if err != nil {
+			return nil, nil, openai.InvalidRequest(it.Path, err.Error())
+		}
+		byPath[it.Path] = len(rm.items)
+		rm.items = append(rm.items, mi)
+	}
+	for i, m := range req.Messages {
+		if m.Content == nil || m.Content.Parts == nil {
+			msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Text()})
+			continue
+		}
+		parts := make([]tokenizer.Part, 0, len(m.Content.Parts))
+		for j, p := range m.Content.Parts {
+			if p.Type == openai.PartText {
+				parts = append(parts, tokenizer.Part{Text: p.Text})
+				continue
+			}
+			k, ok := byPath[fmt.Sprintf("messages[%d].content[%d]", i, j)]
+			if !ok {
+				return nil, nil, openai.InvalidRequest(fmt.Sprintf("messages[%d].content[%d].type", i, j), fmt.Sprintf("content of type %q is not supported by the reference Thinker", p.Type))
+			}
+			parts = append(parts, placeholderParts(rm.items[k].item.Kind)...)
+		}
+		msgs = append(msgs, tokenizer.Message{Role: m.Role, Parts: parts})
+	}
+	return msgs, rm, nil
+}
+
+// placeholderParts is a media part as Qwen3-Omni's chat template renders
+// it; the processor then repeats the pad (mmproc.Expand).
+func placeholderParts(k mmproc.Kind) []tokenizer.Part {
+	start, pad, end := tokenizer.AudioStart, tokenizer.AudioPad, tokenizer.AudioEnd
+	switch k {
+	case mmproc.Image:
+		start, pad, end = tokenizer.VisionStart, tokenizer.ImagePad, tokenizer.VisionEnd
+	case mmproc.Video:
+		start, pad, end = tokenizer.VisionStart, tokenizer.VideoPad, tokenizer.VisionEnd
+	}
+	return []tokenizer.Part{{Special: start}, {Special: pad}, {Special: end}}
+}
+
+// fetchFailure turns a fetch error into the client's 400 naming the part.
+func fetchFailure(err error) error {
+	var pe *mediafetch.PartError
+	if errors.As(err, &pe) {
+		return openai.InvalidRequest(pe.Path, pe.Error())
+	}
+	var re *openai.RequestError
+	if errors.As(err, &re) {
+		return err
+	}
+	return openai.InvalidRequest("messages", err.Error())
+}
+
+// process decodes one item and computes its sizes: an audio's mel frames,
+// an image's or a video's patch grid (and a video's own audio, with
+// use_audio_in_video).
+func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool) (mediaItem, error) {
+	mi := mediaItem{path: it.Path}
+	switch it.Kind {
+	case openai.MediaAudio:
+		samples, err := decodeAudio(data, it.Format)
+		if err != nil {
+			return mi, err
+		}
+		mi.mel = samples
+		mi.item = mmproc.NewAudio(audioproc.FrameCount(len(samples)))
+	case openai.MediaImage:
+		p, _, err := visionproc.ProcessImageBytes(data, visionproc.DefaultImageLimits(), visionproc.DefaultImageConfig())
+		if err != nil {
+			return mi, err
+		}
+		mi.patches = p
+		mi.item = mmproc.NewImage(mmproc.Grid{T: p.Grid.T, H: p.Grid.H, W: p.Grid.W})
+	case openai.MediaVideo:
+		v, err := visionproc.ProcessVideo(data, visionproc.DefaultContainerLimits(), visionproc.DefaultVideoConfig())
+		if err != nil {
+			return mi, err
+		}
+		mi.patches = v.Patches
+		grid := mmproc.Grid{T: v.Grid.T, H: v.Grid.H, W: v.Grid.W}
+		mi.item = mmproc.NewVideo(grid, v.SecondsPerGrid)
+		if useAudioInVideo {
+			if v.Audio == nil {
+				return mi, errors.New("use_audio_in_video is set but the video has no audio track")
+			}
+			samples, err := decodeVideoAudio(v.Audio)
+			if err != nil {
+				return mi, err
+			}
+			mi.videoAudio = samples
+			mi.item = mmproc.NewVideoWithAudio(grid, v.SecondsPerGrid, audioproc.FrameCount(len(samples)))
+		}
+	default:
+		return mi, fmt.Errorf("media of kind %q is not supported", it.Kind)
+	}
+	return mi, nil
+}
+
+// decodeAudio decodes an audio file to what the feature extractor reads:
+// 16 kHz mono, padded with zeros to a whole hop, as vLLM pads every audio
+// before Qwen3-Omni's processor (docs/multimodal/audio.md).
+func decodeAudio(data []byte, format string) ([]float32, error) {
+	a, err := audioproc.Decode(data, format, audioproc.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	return monoPadded(a)
+}
+
+func decodeVideoAudio(p *visionproc.PCMAudio) ([]float32, error) {
+	if p.BitsPerSample != 16 || p.Float {
+		return nil, fmt.Errorf("the video's audio track is %d-bit%s PCM; the reference worker reads 16-bit PCM (ffmpeg -c:a pcm_s16le)", p.BitsPerSample, map[bool]string{true: " float", false: ""}[p.Float])
+	}
+	a, err := audioproc.DecodePCM16LE(p.Data, p.SampleRate, p.Channels, audioproc.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	return monoPadded(a)
+}
+
+func monoPadded(a audioproc.Audio) ([]float32, error) {
+	mono, err := audioproc.Mono16k(a)
+	if err != nil {
+		return nil, err
+	}
+	if len(mono) == 0 {
+		return nil, errors.New("the audio is empty")
+	}
+	return audioproc.PadToHop(mono), nil
+}
+
+// multimodal expands the prompt's placeholders and computes its rotary
+// positions (the processor's work, which prefill and decode both do), and
+// gives the engine the encoders to run, should it compute a placeholder.
+func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Multimodal, error) {
+	items := make([]mmproc.Item, len(rm.items))
+	for i, mi := range rm.items {
+		items[i] = mi.item
+	}
+	p, err := mmproc.Prepare(prompt, items, md.options(rm.useAudioInVideo))
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(p.Tokens)
+	mm := &engine.Multimodal{Positions: make([][3]int, n), Placeholder: make([]bool, n), Delta: p.Positions.Delta}
+	pads := []int{md.tokens.AudioPad, md.tokens.ImagePad, md.tokens.VideoPad}
+	for i, tok := range p.Tokens {
+		mm.Positions[i] = p.Positions.At(i)
+		mm.Placeholder[i] = slices.Contains(pads, tok)
+	}
+	tokens := p.Tokens
+	mm.Encode = func() ([][]float32, error) { return md.encode(tokens, rm) }
+	return tokens, mm, nil
+}
+
+// encode runs the encoders on every item and places their rows at the
+// placeholders: the audio pads take the audio rows (standalone clips and
+// videos' own audio) in the order of the items, the image and video pads
+// likewise.
+func (md *media) encode(tokens []int, rm *requestMedia) ([][]float32, error) {
+	var audio, image, video [][]float32
+	for _, mi := range rm.items {
+		switch mi.item.Kind {
+		case mmproc.Audio:
+			rows, err := md.encodeAudio(mi.mel)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mi.path, err)
+			}
+			audio = append(audio, rows...)
+		case mmproc.Image, mmproc.Video:
+			rows, err := md.encodeVision(mi.patches)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mi.path, err)
+			}
+			if mi.item.Kind == mmproc.Image {
+				md.metrics.RecordEncoderRun("image")
+				image = append(image, rows...)
+				continue
+			}
+			md.metrics.RecordEncoderRun("video")
+			video = append(video, rows...)
+			if mi.videoAudio != nil {
+				rows, err := md.encodeAudio(mi.videoAudio)
+				if err != nil {
+					return nil, fmt.Errorf("%s: its audio: %w", mi.path, err)
+				}
+				audio = append(audio, rows...)
+			}
+		}
+	}
+	out := make([][]float32, len(tokens))
+	queues := map[int]*[][]float32{md.tokens.AudioPad: &audio, md.tokens.ImagePad: &image, md.tokens.VideoPad: &video}
+	for i, tok := range tokens {
+		q, ok := queues[tok]
+		if !ok {
+			continue
+		}
+		if len(*q) == 0 {
+			return nil, fmt.Errorf("the encoders gave fewer rows than the prompt has placeholders (at position %d)", i)
+		}
+		out[i], *q = (*q)[0], (*q)[1:]
+	}
+	if len(audio)+len(image)+len(video) != 0 {
+		return nil, fmt.Errorf("the encoders gave %d rows more than the prompt has placeholders", len(audio)+len(image)+len(video))
+	}
+	return out, nil
+}
+
+func (md *media) encodeAudio(samples []float32) ([][]float32, error) {
+	f, err := audioproc.LogMel(samples)
+	if err != nil {
+		return nil, err
+	}
+	md.metrics.RecordEncoderRun("audio")
+	return md.audio.Encode(f.Mel)
+}
+
+func (md *media) encodeVision(p visionproc.Patches) ([][]float32, error) {
+	rows := make([][]float32, p.NumPatches())
+	for i := range rows {
+		rows[i] = p.Patch(i)
+	}
+	return md.vision.Encode(rows, p.Grid.T, p.Grid.H, p.Grid.W)
+}

@@ -146,8 +146,10 @@ type Multimodal struct {
 	// row rather than their token's embedding.
 	Placeholder []bool
 	// Encode returns those rows, one per prompt position (nil elsewhere):
-	// it runs the encoders. The engine calls it at most once, and only when
-	// it computes a placeholder position — never for a decode whose KV
+	// it runs the encoders. The engine calls it once per computation of
+	// the prompt (again only after a preemption), only when it computes a
+	// placeholder position, and drops the rows once the prompt is in the
+	// cache — never for a decode whose KV
 	// import brought the prompt (its last position is text), so a decode
 	// runs no encoder unless it must recompute the prompt (a failed import
 	// with kv_load_failure_policy recompute, or a preemption).
@@ -294,8 +296,8 @@ type sequence struct {
 	importTried  bool
 	cancelImport context.CancelFunc
 
-	// mmRows are the encoder rows of a multimodal prompt, once computed
-	// (Multimodal.Encode); kept across preemption.
+	// mmRows are the encoder rows of a multimodal prompt while its
+	// placeholders are being computed (Multimodal.Encode), then dropped.
 	mmRows [][]float32
 }
 
@@ -774,6 +776,13 @@ func (e *Engine) advance(w *work) {
 		e.promptComputed.Add(uint64(min(w.n, s.promptLen-s.computed)))
 	}
 	s.computed += w.n
+	if s.computed >= s.promptLen {
+		// The prompt is in the cache: its encoder rows are no longer
+		// needed (a preemption that recomputes it encodes again), as
+		// vLLM's encoder cache frees an item once its positions are
+		// computed.
+		s.mmRows = nil
+	}
 	if s.computed < len(s.tokens) {
 		return // more prompt to compute
 	}

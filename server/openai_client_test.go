@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -88,5 +89,37 @@ func TestOfficialClientReceivesWAV(t *testing.T) {
 	}
 	if frames := len(samples) / audio.SamplesPerFrame; frames == 0 || len(samples)%audio.SamplesPerFrame != 0 {
 		t.Errorf("%d samples: want a whole number of 80 ms frames (1920 samples each)", len(samples))
+	}
+}
+
+// The official client sends input_audio and image_url parts: the reference
+// Thinker hears and sees them under PD and answers as colocated does.
+func TestOfficialClientSendsMedia(t *testing.T) {
+	colocated := newOmniDeploymentFull(t, false, func(*httptest.Server) {}, 0)
+	pd := newOmniDeploymentFull(t, true, func(*httptest.Server) {}, 0)
+	parts := []openai.ChatCompletionContentPartUnionParam{
+		openai.InputAudioContentPart(openai.ChatCompletionContentPartInputAudioInputAudioParam{Data: base64.StdEncoding.EncodeToString(testWAV(t, 0.8, 16000, 330)), Format: "wav"}),
+		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: dataURL("image/png", testPNG(t, 48, 40))}),
+		openai.TextContentPart("What do you hear and see?"),
+	}
+	answer := func(url string) string {
+		client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		resp, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model:       "omnipd-reference",
+			Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage(parts)},
+			MaxTokens:   openai.Int(8),
+			Temperature: openai.Float(0),
+			Modalities:  []string{"text"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
+			t.Fatalf("answer %+v", resp.Choices)
+		}
+		return resp.Choices[0].Message.Content
+	}
+	if got, want := answer(pd.url), answer(colocated.url); got != want {
+		t.Errorf("PD %q; colocated %q", got, want)
 	}
 }

@@ -248,8 +248,14 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 
 // decodeAudio decodes an audio file to what the feature extractor reads:
 // 16 kHz mono, padded with zeros to a whole hop, as vLLM pads every audio
-// before Qwen3-Omni's processor (docs/multimodal/audio.md).
+// before Qwen3-Omni's processor (docs/multimodal/audio.md). An audio_url
+// declares no format: its bytes tell.
 func decodeAudio(data []byte, format string) ([]float32, error) {
+	if format == "" {
+		if format = string(audioproc.Sniff(data)); format == "" {
+			return nil, errors.New("the audio is neither WAV nor MP3, the formats the reference worker decodes")
+		}
+	}
 	a, err := audioproc.Decode(data, format, audioproc.Limits{})
 	if err != nil {
 		return nil, err

@@ -73,6 +73,9 @@ serve on one host need only different --port values.`,
 			if cmd.Flags().Changed("async-chunk") {
 				doc.AsyncChunk = asyncChunk
 			}
+			if _, err := access.media.config(); err != nil {
+				return err // before any worker starts
+			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if percent, set := serveGCPercent(os.Getenv("GOGC")); set {
 				debug.SetGCPercent(percent)
@@ -245,6 +248,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
 					}
 					spec.Args = append(spec.Args, kvCacheArgs(s)...)
+					spec.Args = append(spec.Args, o.access.media.args()...)
 					if r.KVPort != 0 {
 						where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
 					}
@@ -511,6 +515,7 @@ type accessOptions struct {
 	maxTokensLimit          int
 	maxModelLen             int
 	maxStageQueue           int
+	media                   mediaFlags
 }
 
 func (a *accessOptions) register(cmd *cobra.Command) {
@@ -529,6 +534,7 @@ func (a *accessOptions) register(cmd *cobra.Command) {
 	f.IntVar(&a.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens a request may ask for; more is 400 (0: the Thinker's max model length; negative: no limit of omnipd's own)")
 	f.IntVar(&a.maxModelLen, "max-model-len", 0, "the Thinker's context, prompt plus output, in tokens, for the reference workers omnipd starts (0: the model's)")
 	f.IntVar(&a.maxStageQueue, "max-stage-queue", 512, "requests omnipd may have queued or in flight on each stage instance; when every instance of a stage is full, 429 (0: no bound)")
+	a.media.register(cmd)
 }
 
 // tokensLimit resolves --max-tokens-limit: by default the Thinker's max

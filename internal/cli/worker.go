@@ -25,6 +25,7 @@ func newWorkerCmd() *cobra.Command {
 	)
 	var simulateProfile string
 	var maxModelLen int
+	var mediaOpts mediaFlags
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
 		Short: "Serve one reference engine with vLLM's OpenAI-compatible API",
@@ -84,6 +85,10 @@ context-length error.`,
 			if err != nil {
 				return err
 			}
+			media, err := mediaOpts.config()
+			if err != nil {
+				return err
+			}
 			m, tok, err := loadModel(modelDir)
 			if err != nil {
 				return err
@@ -111,7 +116,7 @@ context-length error.`,
 			go func() { eng.Run(ctx); close(engineDone) }()
 			defer func() { cancel(); <-engineDone }()
 
-			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Logger: log})
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Media: media, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -134,6 +139,7 @@ context-length error.`,
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 2048, "tokens computed in one step")
 	f.StringVar(&simulateProfile, "simulate", "", simulateUsage("the stage"))
+	mediaOpts.register(cmd)
 	return cmd
 }
 

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/mediafetch"
+	"github.com/omnipd/omnipd/openai"
+)
+
+func wavBytes(seconds float64) []byte {
+	rate, n := 16000, int(seconds*16000)
+	var b bytes.Buffer
+	b.WriteString("RIFF")
+	_ = binary.Write(&b, binary.LittleEndian, uint32(36+2*n))
+	b.WriteString("WAVEfmt ")
+	for _, v := range []any{uint32(16), uint16(1), uint16(1), uint32(rate), uint32(rate * 2), uint16(2), uint16(16)} {
+		_ = binary.Write(&b, binary.LittleEndian, v)
+	}
+	b.WriteString("data")
+	_ = binary.Write(&b, binary.LittleEndian, uint32(2*n))
+	for i := range n {
+		_ = binary.Write(&b, binary.LittleEndian, int16(i*37%20000-10000))
+	}
+	return b.Bytes()
+}
+
+func pngBytes(w, h int) []byte {
+	var b bytes.Buffer
+	_ = png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h)))
+	return b.Bytes()
+}
+
+// pngDeclaring is a PNG whose header declares w×h pixels but that holds
+// no image data: a decompression bomb's first bytes.
+func pngDeclaring(w, h int) []byte {
+	full := pngBytes(8, 8)
+	binary.BigEndian.PutUint32(full[16:], uint32(w))
+	binary.BigEndian.PutUint32(full[20:], uint32(h))
+	return full[:33]
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// Bad media — corrupt, unsupported, too large, too many, a URL the policy
+// does not allow — is a 400 naming the part, and the requests in flight
+// meanwhile, media or not, are answered as if nothing happened.
+func TestBadMedia(t *testing.T) {
+	eng := runTestEngine(t, engine.Config{})
+	local := t.TempDir()
+	if err := os.WriteFile(filepath.Join(local, "tone.wav"), wavBytes(0.2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	limits, err := openai.ParseMediaLimits(`{"image": 2, "audio": 2, "video": 1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Engine: eng, Logger: slog.New(slog.DiscardHandler), Media: MediaConfig{
+		Limits: limits,
+		Policy: mediafetch.Policy{MaxBytes: 256 << 10, AllowedLocalPath: local},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	mp4, err := os.ReadFile("../engine/visionproc/testdata/mjpeg_32x32_2f.mp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	audio := func(data, format string) string {
+		return fmt.Sprintf(`{"type":"input_audio","input_audio":{"data":%q,"format":%q}}`, data, format)
+	}
+	url := func(kind, u string) string { return fmt.Sprintf(`{"type":%q,%q:{"url":%q}}`, kind, kind, u) }
+	image := func(b []byte) string { return url("image_url", "data:image/png;base64,"+b64(b)) }
+	chat := func(parts ...string) string {
+		return `{"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"look"},` + strings.Join(parts, ",") + `]}],"max_tokens":4,"temperature":0}`
+	}
+	good := chat(audio(b64(wavBytes(0.5)), "wav"), image(pngBytes(40, 32)))
+
+	cases := []struct {
+		name, body, param string
+	}{
+		{"corrupt WAV", chat(audio(b64([]byte("RIFF\x00\x00\x00\x10WAVEjunkjunkjunk")), "wav")), "messages[1].content[1]"},
+		{"bytes that are no audio", chat(audio(b64([]byte("hello, world")), "wav")), "messages[1].content[1]"},
+		{"MP3 declared, WAV sent", chat(audio(b64(wavBytes(0.1)), "mp3")), "messages[1].content[1]"},
+		{"a format vLLM does not take", chat(audio(b64(wavBytes(0.1)), "flac")), "messages[1].content[1].input_audio.format"},
+		{"bad base64", chat(audio("@@@@", "wav")), "messages[1].content[1]"},
+		{"corrupt PNG", chat(image([]byte("\x89PNG\r\n\x1a\nbroken"))), "messages[1].content[1]"},
+		{"a decompression bomb", chat(image(pngDeclaring(100000, 100000))), "messages[1].content[1]"},
+		{"an image too large to send", chat(image(bytes.Repeat([]byte{1}, 300<<10))), "messages[1].content[1].image_url.url"},
+		{"an audio data URL in an image part", chat(url("image_url", "data:audio/wav;base64,"+b64(wavBytes(0.1)))), "messages[1].content[1]"},
+		{"three images, two allowed", chat(image(pngBytes(8, 8)), image(pngBytes(8, 8)), image(pngBytes(8, 8))), "messages[1].content[3]"},
+		{"http with no domain allowed", chat(url("image_url", "http://example.com/cat.png")), "messages[1].content[1]"},
+		{"a file outside the allowed path", chat(url("audio_url", "file:///etc/passwd")), "messages[1].content[1]"},
+		{"MP4, not AVI", chat(url("video_url", "data:video/mp4;base64,"+b64(mp4))), "messages[1].content[1]"},
+		{"an AVI cut short", chat(url("video_url", "data:video/x-msvideo;base64,"+b64([]byte("RIFF\xff\xff\x00\x00AVI LIST")))), "messages[1].content[1]"},
+		{"use_audio_in_video not a boolean", strings.Replace(good, `"max_tokens"`, `"mm_processor_kwargs":{"use_audio_in_video":"yes"},"max_tokens"`, 1), "mm_processor_kwargs.use_audio_in_video"},
+	}
+
+	// Good requests, text and media, run beside the bad ones; each must
+	// come back whole, and the same as when it ran alone.
+	alone := map[string]string{}
+	goods := []string{good, chat(url("audio_url", "file://"+filepath.Join(local, "tone.wav"))), `{"messages":[{"role":"user","content":"plain text"}],"max_tokens":4,"temperature":0}`}
+	for _, g := range goods {
+		status, _, body := do(t, "POST", hs.URL+"/v1/chat/completions", g)
+		if status != 200 {
+			t.Fatalf("a good request alone: %d %s", status, body)
+		}
+		alone[g] = answerText(t, body)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		for _, g := range goods {
+			wg.Go(func() {
+				status, _, body := do(t, "POST", hs.URL+"/v1/chat/completions", g)
+				if status != 200 || answerText(t, body) != alone[g] {
+					t.Errorf("a good request beside bad ones: %d %s", status, body)
+				}
+			})
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, _, body := do(t, "POST", hs.URL+"/v1/chat/completions", c.body)
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			if status != http.StatusBadRequest || json.Unmarshal([]byte(body), &e) != nil || e.Error.Message == "" {
+				t.Fatalf("status %d, want 400 with an OpenAI error: %s", status, body)
+			}
+			if e.Error.Param == nil || *e.Error.Param != c.param {
+				t.Errorf("param %v, want %q: %s", e.Error.Param, c.param, e.Error.Message)
+			}
+		})
+	}
+	wg.Wait()
+	if u := eng.Cache().Used(); u != 0 {
+		t.Errorf("%d KV blocks used after the requests", u)
+	}
+}
+
+func answerText(t *testing.T, body string) string {
+	t.Helper()
+	var r struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil || len(r.Choices) != 1 {
+		t.Fatalf("not a chat answer: %s", body)
+	}
+	return r.Choices[0].Message.Content
+}

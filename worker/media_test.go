@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -9,10 +10,12 @@ import (
 	"image"
 	"image/png"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,7 @@ import (
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/mediafetch"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageconn"
 )
 
 func wavBytes(seconds float64) []byte {
@@ -171,4 +175,68 @@ func answerText(t *testing.T, body string) string {
 		t.Fatalf("not a chat answer: %s", body)
 	}
 	return r.Choices[0].Message.Content
+}
+
+// A prompt with audio, an image and video with its own audio: the
+// conditioning the prefill and the decode workers stash, merged, is row for
+// row and bit for bit the colocated worker's — the multimodal positions'
+// rows included — and the decode encoded nothing.
+func TestMultimodalConditioningMergeEqualsColocated(t *testing.T) {
+	colocated := newTestWorker(t, kvConfig("kv_both", "both-0", HandshakePull))
+	prefill := newTestWorker(t, kvConfig("kv_producer", "prefill-0", HandshakePull))
+	decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", HandshakePull))
+	avi, err := os.ReadFile("../engine/visionproc/testdata/mjpeg_pcm_64x48_8f.avi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []any{
+		map[string]any{"type": "input_audio", "input_audio": map[string]any{"data": b64(wavBytes(0.6)), "format": "wav"}},
+		map[string]any{"type": "text", "text": "and"},
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + b64(pngBytes(40, 32))}},
+		map[string]any{"type": "video_url", "video_url": map[string]any{"url": "data:video/x-msvideo;base64," + b64(avi)}},
+	}
+	for i, temperature := range []float64{0, 0.8} {
+		id := fmt.Sprintf("mm-cond-%d", i)
+		b := map[string]any{"messages": []any{map[string]any{"role": "user", "content": parts}}, "max_tokens": 6, "temperature": temperature, "seed": 9,
+			"mm_processor_kwargs": map[string]any{"use_audio_in_video": true}}
+		with := func(key string) map[string]any {
+			c := maps.Clone(b)
+			c["omnipd_conditioning"] = map[string]any{"key": id + key, "layer": 2}
+			return c
+		}
+		if _, _, err := post(context.Background(), colocated.url, id, with("/colocated")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, with("/prefill"), with("/decode")); err != nil {
+			t.Fatal(err)
+		}
+		want, err := stageconn.Fetch(context.Background(), nil, colocated.url, id+"/colocated", testSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := stageconn.Fetch(context.Background(), nil, prefill.url, id+"/prefill", testSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := stageconn.Fetch(context.Background(), nil, decode.url, id+"/decode", testSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := stageconn.Merge(p, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Embed, want.Embed) || !reflect.DeepEqual(got.Hidden, want.Hidden) || !reflect.DeepEqual(got.TokenIDs, want.TokenIDs) {
+			t.Errorf("T=%v: merged %d rows differ from the colocated %d", temperature, len(got.Hidden), len(want.Hidden))
+		}
+		if len(want.PromptTokenIDs) < 100 {
+			t.Errorf("T=%v: a prompt of %d tokens; the media's placeholders are missing", temperature, len(want.PromptTokenIDs))
+		}
+	}
+	for name, w := range map[string]*testWorker{"prefill": prefill, "decode": decode} {
+		runs := metricValue(t, scrape(t, w.url), `omnipd_encoder_runs_total{modality="video",model_name="omnipd-reference"}`)
+		if want := map[string]float64{"prefill": 2, "decode": 0}[name]; runs != want {
+			t.Errorf("%s worker encoded %v videos; want %v", name, runs, want)
+		}
+	}
 }

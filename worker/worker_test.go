@@ -122,7 +122,11 @@ type completion struct {
 
 func post(ctx context.Context, url, id string, body map[string]any) (*completion, int, error) {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(b))
+	path := "/v1/completions"
+	if _, chat := body["messages"]; chat {
+		path = "/v1/chat/completions"
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
 	req.Header.Set("Authorization", "Bearer "+testSecret)

@@ -90,20 +90,6 @@ func attendSegment(out, q, k, v []float32, tokens, heads, headDim int, scores []
 	}
 }
 
-// rotateHalf applies rotary angles to one head, pairing element i with
-// element i+len(cos) (transformers' rotate_half convention: x·cos +
-// rotate_half(x)·sin with cos and sin repeated over both halves).
-func rotateHalf(x, cos, sin []float32) {
-	half := len(cos)
-	x1, x2 := x[:half], x[half:2*half]
-	sin = sin[:half]
-	for i, c := range cos {
-		a, b := x1[i], x2[i]
-		x1[i] = float32(a*c) - float32(b*sin[i])
-		x2[i] = float32(b*c) + float32(a*sin[i])
-	}
-}
-
 // convOutLen is the output length of a kernel-3, stride-2, padding-1
 // convolution over n inputs: floor((n+2-3)/2)+1, and 0 for no input (the
 // value Python's floor division gives upstream's (n-1)//2+1 at n = 0).

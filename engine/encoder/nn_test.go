@@ -115,19 +115,6 @@ func TestAttendSegment(t *testing.T) {
 	}
 }
 
-func TestRotateHalf(t *testing.T) {
-	// Pair (x[0], x[2]) turns by 90°: (1,3) → (1·0-3·1, 3·0+1·1) = (-3, 1);
-	// pair (x[1], x[3]) by 0° stays (2, 4).
-	x := []float32{1, 2, 3, 4}
-	rotateHalf(x, []float32{0, 1}, []float32{1, 0})
-	want := []float32{-3, 2, 1, 4}
-	for i := range want {
-		if x[i] != want[i] {
-			t.Fatalf("rotateHalf = %v, want %v", x, want)
-		}
-	}
-}
-
 func TestSinusoids(t *testing.T) {
 	// channels 8: h = 4, ω_k = exp(-k·ln(10000)/3) = 1, 10000^(-1/3),
 	// 10000^(-2/3), 10000^(-1); row t = [sin(tω), cos(tω)].

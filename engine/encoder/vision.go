@@ -388,8 +388,8 @@ func (e *VisionEncoder) blockFrame(l int, x, cos, sin []float32, s *visionScratc
 		copy(s.v[j*h:(j+1)*h], s.qkv[2*h:])
 		cj, sj := cos[j*half:(j+1)*half], sin[j*half:(j+1)*half]
 		for hh := range c.Heads {
-			rotateHalf(q[hh*hd:(hh+1)*hd], cj, sj)
-			rotateHalf(k[hh*hd:(hh+1)*hd], cj, sj)
+			kernel.RotateHalf(q[hh*hd:(hh+1)*hd], cj, sj)
+			kernel.RotateHalf(k[hh*hd:(hh+1)*hd], cj, sj)
 		}
 	}
 	attendSegment(s.attn, s.q, s.k, s.v, patches, c.Heads, hd, s.scores)

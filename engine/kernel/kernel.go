@@ -95,3 +95,18 @@ func SiLU(x float32) float32 {
 	v := float64(x)
 	return float32(v / (1 + math.Exp(-v)))
 }
+
+// RotateHalf applies rotary angles to one attention head in place,
+// pairing element i with element i+len(cos) (transformers' rotate_half
+// convention: x·cos + rotate_half(x)·sin, cos and sin repeated over both
+// halves). Products are rounded before they are summed.
+func RotateHalf(x, cos, sin []float32) {
+	half := len(cos)
+	x1, x2 := x[:half], x[half:2*half]
+	sin = sin[:half]
+	for i, c := range cos {
+		a, b := x1[i], x2[i]
+		x1[i] = float32(a*c) - float32(b*sin[i])
+		x2[i] = float32(b*c) + float32(a*sin[i])
+	}
+}

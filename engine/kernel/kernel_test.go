@@ -53,3 +53,16 @@ func TestDotIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func TestRotateHalf(t *testing.T) {
+	// Pair (x[0], x[2]) turns by 90°: (1,3) → (1·0-3·1, 3·0+1·1) = (-3, 1);
+	// pair (x[1], x[3]) by 0° stays (2, 4).
+	x := []float32{1, 2, 3, 4}
+	RotateHalf(x, []float32{0, 1}, []float32{1, 0})
+	want := []float32{-3, 2, 1, 4}
+	for i := range want {
+		if x[i] != want[i] {
+			t.Fatalf("RotateHalf = %v, want %v", x, want)
+		}
+	}
+}

@@ -27,22 +27,8 @@ func Expand(prompt []int, items []Item, opts Options) ([]int, error) {
 	}
 	tk := opts.Tokens
 	out := make([]int, 0, len(prompt))
-	next := 0 // index of the next unused item
-	take := func(at int, kind Kind) (itemShape, error) {
-		if next >= len(items) {
-			return itemShape{}, fmt.Errorf("%v placeholder at token %d has no media item (%d given): %w", kind, at, len(items), ErrPlaceholderMismatch)
-		}
-		it := items[next]
-		if it.Kind != kind {
-			return itemShape{}, fmt.Errorf("%v placeholder at token %d but item %d is %v: %w", kind, at, next, it.Kind, ErrPlaceholderMismatch)
-		}
-		s, err := it.shape(opts)
-		if err != nil {
-			return itemShape{}, fmt.Errorf("item %d: %w", next, err)
-		}
-		next++
-		return s, nil
-	}
+	cur := &itemCursor{items: items, opts: opts}
+	take := cur.take
 
 	for i := 0; i < len(prompt); {
 		tok := prompt[i]
@@ -102,8 +88,8 @@ func Expand(prompt []int, items []Item, opts Options) ([]int, error) {
 			i++
 		}
 	}
-	if next != len(items) {
-		return nil, fmt.Errorf("prompt has %d media placeholders but %d items were given: %w", next, len(items), ErrPlaceholderMismatch)
+	if cur.next != len(items) {
+		return nil, fmt.Errorf("prompt has %d media placeholders but %d items were given: %w", cur.next, len(items), ErrPlaceholderMismatch)
 	}
 	return out, nil
 }

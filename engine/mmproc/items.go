@@ -178,3 +178,27 @@ func (s itemShape) checkTemporalRange() error {
 	}
 	return nil
 }
+
+// itemCursor hands out a prompt's items in order as its placeholders come,
+// each checked against the kind its placeholder names.
+type itemCursor struct {
+	items []Item
+	opts  Options
+	next  int // index of the next unused item
+}
+
+func (c *itemCursor) take(at int, kind Kind) (itemShape, error) {
+	if c.next >= len(c.items) {
+		return itemShape{}, fmt.Errorf("%v placeholder at token %d has no media item (%d given): %w", kind, at, len(c.items), ErrPlaceholderMismatch)
+	}
+	it := c.items[c.next]
+	if it.Kind != kind {
+		return itemShape{}, fmt.Errorf("%v placeholder at token %d but item %d is %v: %w", kind, at, c.next, it.Kind, ErrPlaceholderMismatch)
+	}
+	s, err := it.shape(c.opts)
+	if err != nil {
+		return itemShape{}, fmt.Errorf("item %d: %w", c.next, err)
+	}
+	c.next++
+	return s, nil
+}

@@ -65,22 +65,8 @@ func ComputePositions(expanded []int, items []Item, opts Options) (Positions, er
 		h: make([]int, 0, len(expanded)),
 		w: make([]int, 0, len(expanded)),
 	}
-	next := 0
-	take := func(at int, kind Kind) (itemShape, error) {
-		if next >= len(items) {
-			return itemShape{}, fmt.Errorf("%v placeholder at token %d has no media item (%d given): %w", kind, at, len(items), ErrPlaceholderMismatch)
-		}
-		it := items[next]
-		if it.Kind != kind {
-			return itemShape{}, fmt.Errorf("%v placeholder at token %d but item %d is %v: %w", kind, at, next, it.Kind, ErrPlaceholderMismatch)
-		}
-		s, err := it.shape(opts)
-		if err != nil {
-			return itemShape{}, fmt.Errorf("item %d: %w", next, err)
-		}
-		next++
-		return s, nil
-	}
+	cur := &itemCursor{items: items, opts: opts}
+	take := cur.take
 
 	for i := 0; i < len(expanded); {
 		tok := expanded[i]
@@ -111,8 +97,8 @@ func ComputePositions(expanded []int, items []Item, opts Options) (Positions, er
 			i++
 		}
 	}
-	if next != len(items) {
-		return Positions{}, fmt.Errorf("prompt has %d media placeholders but %d items were given: %w", next, len(items), ErrPlaceholderMismatch)
+	if cur.next != len(items) {
+		return Positions{}, fmt.Errorf("prompt has %d media placeholders but %d items were given: %w", cur.next, len(items), ErrPlaceholderMismatch)
 	}
 	return Positions{
 		Temporal: b.t,

@@ -197,12 +197,12 @@ func (m *Model) layerStep(l int, cache *kvcache.Cache, table []int, pos, t int, 
 	for h := range c.NumHeads {
 		qh := s.q[h*hd : (h+1)*hd]
 		kernel.RMSNorm(qh, qh, w.qNorm, c.RMSNormEps)
-		rope(qh, cos, sin)
+		kernel.RotateHalf(qh, cos, sin)
 	}
 	for h := range c.NumKVHeads {
 		kh := k[h*hd : (h+1)*hd]
 		kernel.RMSNorm(kh, kh, w.kNorm, c.RMSNormEps)
-		rope(kh, cos, sin)
+		kernel.RotateHalf(kh, cos, sin)
 	}
 
 	m.attend(l, cache, table, pos, s)
@@ -246,18 +246,5 @@ func (m *Model) attend(l int, cache *kvcache.Cache, table []int, pos int, s *scr
 			kv := h / group
 			kernel.Axpy(s.attn[h*hd:(h+1)*hd], s.scores[h*s.span+j], v[kv*hd:(kv+1)*hd])
 		}
-	}
-}
-
-// rope rotates one head by the position's angles, pairing element i with
-// element i+headDim/2 (Hugging Face's rotate_half convention).
-func rope(x, cos, sin []float32) {
-	half := len(cos)
-	x1, x2 := x[:half], x[half:2*half]
-	sin = sin[:half]
-	for i, c := range cos {
-		a, b := x1[i], x2[i]
-		x1[i] = float32(a*c) - float32(b*sin[i])
-		x2[i] = float32(b*c) + float32(a*sin[i])
 	}
 }

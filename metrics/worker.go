@@ -150,6 +150,14 @@ func (w *Worker) WatchStashes(count func() int) {
 	}, func() float64 { return float64(count()) }))
 }
 
+// WatchEncoderCache exposes an encoder worker's held outputs (E/P/D):
+// entries the request that asked for them has not yet released.
+func (w *Worker) WatchEncoderCache(count func() int) {
+	w.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "omnipd_encoder_cache_entries", Help: "Media items' encoder outputs held for a prefill to fetch.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (w *Worker) Handler() http.Handler {
 	return promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{})

@@ -25,6 +25,13 @@ func prefillBody(req *Request, params map[string]any) ([]byte, error) {
 		c.KVTransferParams = params
 		key, layer := req.keep.prefill()
 		thinkerExtras(c, key, layer, req.keep.streams())
+		if req.encoded != nil {
+			raw, _ := json.Marshal(req.encoded)
+			if c.Extra == nil {
+				c.Extra = map[string]json.RawMessage{}
+			}
+			c.Extra[encoderCacheField] = raw
+		}
 		return marshal(c)
 	}
 	c := req.Completion.Clone()

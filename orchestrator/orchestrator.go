@@ -144,7 +144,13 @@ func (in *Instance) ok() {
 // colocated: Decode holds its instances and Prefill is empty.
 type Config struct {
 	Prefill, Decode *Pool
-	Contract        kvconnector.Contract
+	// Encoder, when set, is the encoder stage of E/P/D: each media item of
+	// a request is encoded there before the prefill (encoder.go).
+	Encoder  *Pool
+	Contract kvconnector.Contract
+	// Secret is the deployment secret for calls outside a stage's API
+	// (releasing encoder outputs).
+	Secret string
 	// PrefillRetries is how many other prefill instances a failed prefill
 	// leg is retried on (connect errors, 502, 503, 504).
 	PrefillRetries int
@@ -221,6 +227,9 @@ type Request struct {
 	// keep, on omni requests, says where the Thinker legs keep their
 	// conditioning for the Talker.
 	keep *conditioning
+	// encoded names the request's encoder outputs for the prefill leg
+	// (E/P/D with reference encoders).
+	encoded []encoderHandle
 }
 
 func (r *Request) path() string {
@@ -356,8 +365,34 @@ func (o *Orchestrator) text(ctx context.Context, req *Request, log *slog.Logger)
 	return o.disaggregated(ctx, req, log)
 }
 
-// disaggregated runs the PD control path.
+// disaggregated runs the PD control path, after the encoder legs of
+// E/P/D; the encoder outputs are released when the request ends (a prefill
+// retried on another instance fetches them again meanwhile).
 func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
+	hs, err := o.encode(ctx, req, log)
+	if err != nil {
+		return nil, err
+	}
+	req.encoded = hs
+	res, err := o.prefillThenDecode(ctx, req, log)
+	if hs != nil {
+		if err != nil {
+			o.releaseEncoded(hs, log)
+		} else {
+			done := res.release
+			res.release = func() {
+				if done != nil {
+					done()
+				}
+				o.releaseEncoded(hs, log)
+			}
+		}
+	}
+	return res, err
+}
+
+// prefillThenDecode runs the prefill and decode legs.
+func (o *Orchestrator) prefillThenDecode(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
 	c := o.cfg.Contract
 	// The decode leg is counted from here, before the prefill runs: its
 	// KV is addressed to dec, so a request that could not then decode on

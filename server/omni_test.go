@@ -48,11 +48,23 @@ func newOmniDeploymentWith(t *testing.T, pd bool, breakTalker func(*httptest.Ser
 
 func newOmniDeploymentFull(t *testing.T, pd bool, breakTalker func(*httptest.Server), talkerTemperature float64, adjust ...func(*orchestrator.Config)) *omniDeployment {
 	t.Helper()
+	return newOmniDeploymentOf(t, pd, breakTalker, talkerTemperature, func(string) func(*worker.Config) { return func(*worker.Config) {} }, adjust...)
+}
+
+// newOmniDeploymentWithWorkers is a PD deployment whose Thinker workers'
+// configs are adjusted by role ("prefill", "decode").
+func newOmniDeploymentWithWorkers(t *testing.T, talkerTemperature float64, workers func(role string) func(*worker.Config), adjust ...func(*orchestrator.Config)) *omniDeployment {
+	t.Helper()
+	return newOmniDeploymentOf(t, true, func(*httptest.Server) {}, talkerTemperature, workers, adjust...)
+}
+
+func newOmniDeploymentOf(t *testing.T, pd bool, breakTalker func(*httptest.Server), talkerTemperature float64, workers func(role string) func(*worker.Config), adjust ...func(*orchestrator.Config)) *omniDeployment {
+	t.Helper()
 	d := &omniDeployment{}
 	ocfg := orchestrator.Config{PrefillRetries: 1, Logger: quiet, Metrics: metrics.NewOrchestrator()}
 	if pd {
-		pre := startWorker(t, kvJSON("kv_producer", "prefill-0", "pull"), "prefill-0")
-		dec := startWorker(t, kvJSON("kv_consumer", "decode-0", "pull"), "decode-0")
+		pre := startWorkerWith(t, kvJSON("kv_producer", "prefill-0", "pull"), "prefill-0", workers("prefill"))
+		dec := startWorkerWith(t, kvJSON("kv_consumer", "decode-0", "pull"), "decode-0", workers("decode"))
 		contract, _ := kvconnector.NewRegistry().Lookup("ReferenceConnector", nil)
 		ocfg.Prefill, ocfg.Decode, ocfg.Contract = pool(t, "prefill", pre), pool(t, "decode", dec), contract
 		d.thinkers = []*refWorker{pre, dec}

@@ -430,15 +430,22 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 // at the top level, inside vllm_xargs (which vLLM copies into the same
 // extra_args the connector reads), and inside a literal extra_body object (a
 // client that meant the OpenAI SDK's extra_body). omnipd_conditioning would
-// make a worker keep tensors under a key of the client's choosing. Refusing
-// rather than dropping tells the client its field had no effect.
+// make a worker keep tensors under a key of the client's choosing, and
+// omnipd_encoder_cache would make a prefill fetch from a URL of the
+// client's choosing. Refusing rather than dropping tells the client its
+// field had no effect.
+// stageOnlyFields are omnipd's own fields on stage legs.
+var stageOnlyFields = []string{"omnipd_conditioning", "omnipd_encoder_cache"}
+
 func (s *Server) checkClientFields(kv map[string]any, extra map[string]json.RawMessage) error {
 	const why = "is set by omnipd for its stages and may not come from a client"
 	if kv != nil {
 		return openai.InvalidRequest("kv_transfer_params", "kv_transfer_params "+why)
 	}
-	if _, ok := extra["omnipd_conditioning"]; ok {
-		return openai.InvalidRequest("omnipd_conditioning", "omnipd_conditioning "+why)
+	for _, key := range stageOnlyFields {
+		if _, ok := extra[key]; ok {
+			return openai.InvalidRequest(key, key+" "+why)
+		}
 	}
 	for _, outer := range []string{"vllm_xargs", "extra_body"} {
 		raw, ok := extra[outer]
@@ -449,7 +456,7 @@ func (s *Server) checkClientFields(kv map[string]any, extra map[string]json.RawM
 		if json.Unmarshal(raw, &inner) != nil {
 			continue // not an object: nothing an engine reads as KV params
 		}
-		for _, key := range []string{"kv_transfer_params", "omnipd_conditioning"} {
+		for _, key := range append([]string{"kv_transfer_params"}, stageOnlyFields...) {
 			if _, ok := inner[key]; ok {
 				param := outer + "." + key
 				return openai.InvalidRequest(param, param+" "+why)

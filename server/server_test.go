@@ -44,6 +44,12 @@ type refWorker struct {
 
 func startWorker(t *testing.T, kv string, engineID string) *refWorker {
 	t.Helper()
+	return startWorkerWith(t, kv, engineID, func(*worker.Config) {})
+}
+
+// startWorkerWith is startWorker with the worker's config adjusted.
+func startWorkerWith(t *testing.T, kv string, engineID string, adjust func(*worker.Config)) *refWorker {
+	t.Helper()
 	eng, err := engine.New(testModel, testTokenizer, engine.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +61,9 @@ func startWorker(t *testing.T, kv string, engineID string) *refWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := worker.New(worker.Config{Engine: eng, KV: cfg, Secret: secret, Logger: quiet})
+	wcfg := worker.Config{Engine: eng, KV: cfg, Secret: secret, Logger: quiet}
+	adjust(&wcfg)
+	srv, err := worker.New(wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

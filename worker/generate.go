@@ -90,6 +90,24 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.EC != nil && s.cfg.EC.Role == ECProducer {
+		// An encoder (E/P/D) runs no Thinker: it encodes its media item.
+		if media == nil {
+			return errNoMedia
+		}
+		return s.encodeItems(w, r, media)
+	}
+	if media != nil {
+		hs, err := encoderHandles(req.Extra, len(media.items))
+		if err != nil {
+			return err
+		}
+		if hs != nil {
+			if err := s.fetchEncoded(r.Context(), media, hs); err != nil {
+				return err
+			}
+		}
+	}
 	// vLLM's add_generation_prompt (default true) ends the prompt with the
 	// assistant turn's header.
 	addGen := true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/omnipd/omnipd/eccache"
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/audioproc"
 	"github.com/omnipd/omnipd/engine/encoder"
@@ -92,8 +93,12 @@ func (md *media) options(useAudioInVideo bool) mmproc.Options {
 // rather than encoded now — a decode whose KV import brings the prompt
 // never encodes.
 type mediaItem struct {
-	item    mmproc.Item
-	path    string
+	item mmproc.Item
+	path string
+	key  string // content hash (contentKey)
+	// encoded, when set, are the item's rows from an encoder worker (E/P/D):
+	// the prefill uses them and encodes nothing.
+	encoded *eccache.Entry
 	mel     []float32 // audio: 16 kHz mono, padded to the hop
 	patches visionproc.Patches
 	// videoAudio is a video's own audio (use_audio_in_video), 16 kHz mono.
@@ -150,6 +155,7 @@ func (md *media) prepare(ctx context.Context, req *openai.ChatCompletionRequest)
 		if err != nil {
 			return nil, nil, openai.InvalidRequest(it.Path, err.Error())
 		}
+		mi.key = contentKey(mi.item.Kind, kw.UseAudioInVideo, data[i])
 		byPath[it.Path] = len(rm.items)
 		rm.items = append(rm.items, mi)
 	}
@@ -309,39 +315,26 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 	return tokens, mm, nil
 }
 
-// encode runs the encoders on every item and places their rows at the
-// placeholders: the audio pads take the audio rows (standalone clips and
-// videos' own audio) in the order of the items, the image and video pads
-// likewise.
+// encode places every item's encoder rows at the placeholders — rows an
+// encoder worker made (E/P/D), or this worker's encoders' — the audio pads
+// taking the audio rows (standalone clips and videos' own audio) in the
+// order of the items, the image and video pads likewise.
 func (md *media) encode(tokens []int, rm *requestMedia) ([][]float32, error) {
 	var audio, image, video [][]float32
 	for _, mi := range rm.items {
+		e := mi.encoded
+		if e == nil {
+			var err error
+			if e, err = md.encodeEntry(mi); err != nil {
+				return nil, fmt.Errorf("%s: %w", mi.path, err)
+			}
+		}
+		audio = append(audio, e.Audio...)
 		switch mi.item.Kind {
-		case mmproc.Audio:
-			rows, err := md.encodeAudio(mi.mel)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", mi.path, err)
-			}
-			audio = append(audio, rows...)
-		case mmproc.Image, mmproc.Video:
-			rows, err := md.encodeVision(mi.patches)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", mi.path, err)
-			}
-			if mi.item.Kind == mmproc.Image {
-				md.metrics.RecordEncoderRun("image")
-				image = append(image, rows...)
-				continue
-			}
-			md.metrics.RecordEncoderRun("video")
-			video = append(video, rows...)
-			if mi.videoAudio != nil {
-				rows, err := md.encodeAudio(mi.videoAudio)
-				if err != nil {
-					return nil, fmt.Errorf("%s: its audio: %w", mi.path, err)
-				}
-				audio = append(audio, rows...)
-			}
+		case mmproc.Image:
+			image = append(image, e.Vision...)
+		case mmproc.Video:
+			video = append(video, e.Vision...)
 		}
 	}
 	out := make([][]float32, len(tokens))
@@ -360,6 +353,31 @@ func (md *media) encode(tokens []int, rm *requestMedia) ([][]float32, error) {
 		return nil, fmt.Errorf("the encoders gave %d rows more than the prompt has placeholders", len(audio)+len(image)+len(video))
 	}
 	return out, nil
+}
+
+// encodeEntry runs the encoders on one item: an audio's, an image's or a
+// video's rows, and a video's own audio's when it is heard.
+func (md *media) encodeEntry(mi mediaItem) (*eccache.Entry, error) {
+	e := &eccache.Entry{}
+	var err error
+	switch mi.item.Kind {
+	case mmproc.Audio:
+		e.Audio, err = md.encodeAudio(mi.mel)
+	case mmproc.Image, mmproc.Video:
+		if e.Vision, err = md.encodeVision(mi.patches); err != nil {
+			return nil, err
+		}
+		md.metrics.RecordEncoderRun(map[mmproc.Kind]string{mmproc.Image: "image", mmproc.Video: "video"}[mi.item.Kind])
+		if mi.videoAudio != nil {
+			if e.Audio, err = md.encodeAudio(mi.videoAudio); err != nil {
+				return nil, fmt.Errorf("its audio: %w", err)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 func (md *media) encodeAudio(samples []float32) ([][]float32, error) {

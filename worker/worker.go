@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/omnipd/omnipd/eccache"
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/sampler"
 	"github.com/omnipd/omnipd/engine/tokenizer"
@@ -54,7 +55,12 @@ type Config struct {
 	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
 	StashTTL time.Duration
 	// Media is what media parts the worker takes, and from where.
-	Media  MediaConfig
+	Media MediaConfig
+	// EC is the parsed --ec-transfer-config (encoder disaggregation): an
+	// ec_producer worker encodes media items and keeps their rows, an
+	// ec_consumer (a prefill) fetches them instead of encoding; nil for
+	// neither.
+	EC     *ECTransferConfig
 	Logger *slog.Logger
 }
 
@@ -66,6 +72,10 @@ type Server struct {
 	stashes *stageconn.Store
 	metrics *metrics.Worker
 	media   *media
+	// encoded holds an encoder worker's outputs by content hash.
+	encoded *eccache.Store
+	// client fetches from other workers (encoder outputs).
+	client  *http.Client
 	mux     *http.ServeMux
 	log     *slog.Logger
 	created int64
@@ -120,6 +130,12 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
 	if s.media, err = newMedia(cfg.Media, cfg.Engine.Tokenizer(), cfg.Engine.Model().Config.HiddenSize, s.metrics); err != nil {
 		return nil, err
+	}
+	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	if cfg.EC != nil && cfg.EC.Role == ECProducer {
+		s.encoded = eccache.NewStore(eccache.Config{TTL: cfg.StashTTL})
+		s.metrics.WatchEncoderCache(s.encoded.Len)
+		s.mux.Handle(eccache.Path+"{key}", s.encoded.Handler())
 	}
 	s.metrics.WatchStashes(s.stashes.Len)
 	s.mux.Handle(stageconn.Path+"{key}", s.stashes.Handler())
@@ -383,3 +399,12 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) error {
 
 // Stashes is the number of conditioning stashes the worker holds.
 func (s *Server) Stashes() int { return s.stashes.Len() }
+
+// EncoderOutputs is how many media items' encoder outputs an encoder
+// worker holds for prefills to fetch (0 for other workers).
+func (s *Server) EncoderOutputs() int {
+	if s.encoded == nil {
+		return 0
+	}
+	return s.encoded.Len()
+}

@@ -19,7 +19,7 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		host, modelDir, kvJSON, secret, name, stage string
+		host, modelDir, kvJSON, ecJSON, secret, name, stage string
 		port                                        int
 		ecfg                                        engine.Config
 	)
@@ -89,6 +89,10 @@ context-length error.`,
 			if err != nil {
 				return err
 			}
+			ec, err := worker.ParseECTransferConfig(ecJSON)
+			if err != nil {
+				return err
+			}
 			m, tok, err := loadModel(modelDir)
 			if err != nil {
 				return err
@@ -116,7 +120,7 @@ context-length error.`,
 			go func() { eng.Run(ctx); close(engineDone) }()
 			defer func() { cancel(); <-engineDone }()
 
-			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Media: media, Logger: log})
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Media: media, EC: ec, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -132,6 +136,7 @@ context-length error.`,
 	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")
 	f.StringVar(&name, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.StringVar(&kvJSON, "kv-transfer-config", "", "vLLM KVTransferConfig JSON; kv_connector ReferenceConnector moves KV between workers")
+	f.StringVar(&ecJSON, "ec-transfer-config", "", `vLLM ECTransferConfig JSON (encoder disaggregation); ec_connector ReferenceECConnector: ec_role ec_producer encodes media items and keeps their outputs, ec_consumer (a prefill) fetches them instead of encoding`)
 	f.StringVar(&secret, "secret", "", "deployment secret every endpoint but /health and /metrics and the KV side channel require (default $OMNIPD_SECRET)")
 	f.IntVar(&maxModelLen, "max-model-len", 0, "longest prompt plus output, in tokens (0: the model's max_position_embeddings)")
 	f.IntVar(&ecfg.BlockSize, "block-size", 16, "token positions per KV block")

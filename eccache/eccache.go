@@ -4,8 +4,12 @@
 // fetches them by that key, worker to worker, instead of encoding — vLLM's
 // EC connectors key encoder outputs by the item's multimodal hash the same
 // way. An entry is read as often as asked (a request retried on another
-// prefill fetches it again) and lives until it is released (the request
-// ended) or its TTL runs out; Len is the gauge that shows none are left.
+// prefill fetches it again) and is held under leases, one per request that
+// asked for it (the same item in two requests is one entry); it lives until
+// its last lease is released (the requests ended) or its TTL runs out. A
+// lease is released by name, so a request whose encoder answer never came
+// still frees what the encoder kept for it. Len is the gauge that shows
+// none are left.
 package eccache
 
 import (
@@ -34,6 +38,9 @@ var (
 	ErrNotFound = errors.New("eccache: no such entry (never stored, released or expired)")
 	ErrAuth     = errors.New("eccache: unauthorized")
 	ErrCorrupt  = errors.New("eccache: not an encoder cache entry")
+	// ErrReleased: the lease was released before the outputs were kept
+	// (the request ended while its encoder leg was on its way).
+	ErrReleased = errors.New("eccache: lease already released")
 )
 
 // Config configures a Store; the zero value works.
@@ -49,11 +56,17 @@ type Store struct {
 	cfg     Config
 	mu      sync.Mutex
 	entries map[string]*held
+	leases  map[string]map[string]bool // lease → keys it holds
+	// released remembers leases released before anything was kept under
+	// them, until the TTL: a release can overtake the encoder leg it ends
+	// (the leg stalled on its way), whose outputs are then not kept.
+	released map[string]time.Time
 }
 
 type held struct {
 	entry   *Entry
 	expires time.Time
+	leases  map[string]bool
 }
 
 // NewStore makes a store.
@@ -64,20 +77,53 @@ func NewStore(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{cfg: cfg, entries: map[string]*held{}}
+	return &Store{cfg: cfg, entries: map[string]*held{}, leases: map[string]map[string]bool{}, released: map[string]time.Time{}}
 }
 
-// Put keeps e under key, replacing what was there (the same item encoded
-// again gives the same rows).
-func (s *Store) Put(key string, e *Entry) error {
-	if key == "" || len(key) > 256 {
-		return fmt.Errorf("eccache: invalid key %q", key)
+// Put keeps e under key for lease, replacing the rows that were there (the
+// same item encoded again gives the same rows) and adding lease to the
+// entry's holders.
+func (s *Store) Put(key, lease string, e *Entry) error {
+	if key == "" || len(key) > 256 || lease == "" || len(lease) > 256 {
+		return fmt.Errorf("eccache: invalid key %q or lease %q", key, lease)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked()
-	s.entries[key] = &held{entry: e, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	if _, gone := s.released[lease]; gone {
+		return fmt.Errorf("%w: %q", ErrReleased, lease)
+	}
+	h, ok := s.entries[key]
+	if !ok {
+		h = &held{leases: map[string]bool{}}
+		s.entries[key] = h
+	}
+	h.entry, h.expires = e, s.cfg.Now().Add(s.cfg.TTL)
+	h.leases[lease] = true
+	if s.leases[lease] == nil {
+		s.leases[lease] = map[string]bool{}
+	}
+	s.leases[lease][key] = true
 	return nil
+}
+
+// Release ends lease: the entries it alone held are freed. False when the
+// lease holds nothing.
+func (s *Store) Release(lease string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys, ok := s.leases[lease]
+	delete(s.leases, lease)
+	s.released[lease] = s.cfg.Now().Add(s.cfg.TTL)
+	for key := range keys {
+		if h, ok := s.entries[key]; ok {
+			delete(h.leases, lease)
+			if len(h.leases) == 0 {
+				delete(s.entries, key)
+			}
+		}
+	}
+	return ok
 }
 
 // Get returns the entry under key, leaving it in place.
@@ -92,15 +138,6 @@ func (s *Store) Get(key string) (*Entry, error) {
 	return h.entry, nil
 }
 
-// Drop frees the entry under key; false when there was none.
-func (s *Store) Drop(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.entries[key]
-	delete(s.entries, key)
-	return ok
-}
-
 // Len is the number of entries held; expired ones are freed first.
 func (s *Store) Len() int {
 	s.mu.Lock()
@@ -111,39 +148,52 @@ func (s *Store) Len() int {
 
 func (s *Store) sweepLocked() {
 	now := s.cfg.Now()
+	for lease, until := range s.released {
+		if now.After(until) {
+			delete(s.released, lease)
+		}
+	}
 	for k, h := range s.entries {
 		if now.After(h.expires) {
 			delete(s.entries, k)
+			for lease := range h.leases {
+				delete(s.leases[lease], k)
+				if len(s.leases[lease]) == 0 {
+					delete(s.leases, lease)
+				}
+			}
 		}
 	}
 }
 
-// Path is where a worker serves its store: GET reads an entry, DELETE
-// frees it.
-const Path = "/v1/omnipd/encoder-cache/"
+// Paths where a worker serves its store: GET Path{key} reads an entry,
+// DELETE LeasePath{lease} releases a lease.
+const (
+	Path      = "/v1/omnipd/encoder-cache/"
+	LeasePath = "/v1/omnipd/encoder-leases/"
+)
 
-// Handler serves the store at Path{key}; the worker's own secret check
-// guards it.
+// Handler serves the store at Path{key} and LeasePath{lease}; mount it
+// at both. The worker's own secret check guards it.
 func (s *Store) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.PathValue("key")
-		switch r.Method {
-		case http.MethodGet:
-			e, err := s.Get(key)
+		switch {
+		case r.Method == http.MethodGet && r.PathValue("key") != "":
+			e, err := s.Get(r.PathValue("key"))
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusNotFound)
 				return
 			}
 			w.Header().Set("Content-Type", "application/octet-stream")
 			_, _ = w.Write(Encode(e))
-		case http.MethodDelete:
-			if !s.Drop(key) {
+		case r.Method == http.MethodDelete && r.PathValue("lease") != "":
+			if !s.Release(r.PathValue("lease")) {
 				http.Error(w, ErrNotFound.Error(), http.StatusNotFound)
 				return
 			}
 			w.WriteHeader(http.StatusNoContent)
 		default:
-			w.Header().Set("Allow", "GET, DELETE")
+			w.Header().Set("Allow", "GET (an entry), DELETE (a lease)")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		}
 	})
@@ -215,24 +265,24 @@ func Decode(data []byte) (*Entry, error) {
 // Fetch reads the entry under key from the worker at baseURL, leaving it
 // there.
 func Fetch(ctx context.Context, client *http.Client, baseURL, key, secret string) (*Entry, error) {
-	body, err := call(ctx, client, http.MethodGet, baseURL, key, secret)
+	body, err := call(ctx, client, http.MethodGet, baseURL, Path, key, secret)
 	if err != nil {
 		return nil, err
 	}
 	return Decode(body)
 }
 
-// Release frees the entry under key at the worker at baseURL.
-func Release(ctx context.Context, client *http.Client, baseURL, key, secret string) error {
-	_, err := call(ctx, client, http.MethodDelete, baseURL, key, secret)
+// Release ends lease at the worker at baseURL.
+func Release(ctx context.Context, client *http.Client, baseURL, lease, secret string) error {
+	_, err := call(ctx, client, http.MethodDelete, baseURL, LeasePath, lease, secret)
 	return err
 }
 
-func call(ctx context.Context, client *http.Client, method, baseURL, key, secret string) ([]byte, error) {
+func call(ctx context.Context, client *http.Client, method, baseURL, path, key, secret string) ([]byte, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	req, err := http.NewRequestWithContext(ctx, method, baseURL+Path+url.PathEscape(key), nil)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+path+url.PathEscape(key), nil)
 	if err != nil {
 		return nil, fmt.Errorf("eccache: %w", err)
 	}

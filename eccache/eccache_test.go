@@ -17,16 +17,20 @@ func entry() *Entry {
 	}
 }
 
-// An entry travels worker to worker bit for bit, is read as often as asked
-// (a retried prefill reads it again), and is gone once released.
+// An entry travels worker to worker bit for bit and is read as often as
+// asked (a retried prefill reads it again); two requests with the same item
+// share it, and it goes when the last of their leases is released.
 func TestFetchReleaseOverHTTP(t *testing.T) {
 	s := NewStore(Config{})
 	mux := http.NewServeMux()
 	mux.Handle(Path+"{key}", s.Handler())
+	mux.Handle(LeasePath+"{lease}", s.Handler())
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
-	if err := s.Put("sha256:ab/cd", entry()); err != nil {
-		t.Fatal(err)
+	for _, lease := range []string{"req-1", "req-2"} {
+		if err := s.Put("sha256:ab/cd", lease, entry()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for range 2 {
 		got, err := Fetch(context.Background(), hs.Client(), hs.URL, "sha256:ab/cd", "")
@@ -34,14 +38,23 @@ func TestFetchReleaseOverHTTP(t *testing.T) {
 			t.Fatalf("fetch: %+v, %v", got, err)
 		}
 	}
-	if err := Release(context.Background(), hs.Client(), hs.URL, "sha256:ab/cd", ""); err != nil {
+	if err := Release(context.Background(), hs.Client(), hs.URL, "req-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fetch(context.Background(), hs.Client(), hs.URL, "sha256:ab/cd", ""); err != nil {
+		t.Errorf("an entry another request still holds is gone: %v", err)
+	}
+	if err := Release(context.Background(), hs.Client(), hs.URL, "req-2", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Fetch(context.Background(), hs.Client(), hs.URL, "sha256:ab/cd", ""); !errors.Is(err, ErrNotFound) {
-		t.Errorf("fetch after release: %v", err)
+		t.Errorf("fetch after the last release: %v", err)
 	}
-	if n := s.Len(); n != 0 {
-		t.Errorf("%d entries left", n)
+	if err := Release(context.Background(), hs.Client(), hs.URL, "req-2", ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a lease released twice: %v", err)
+	}
+	if n := s.Len(); n != 0 || len(s.leases) != 0 {
+		t.Errorf("%d entries and %d leases left", n, len(s.leases))
 	}
 }
 
@@ -49,10 +62,10 @@ func TestFetchReleaseOverHTTP(t *testing.T) {
 func TestTTL(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s := NewStore(Config{TTL: time.Minute, Now: func() time.Time { return now }})
-	_ = s.Put("k", entry())
+	_ = s.Put("k", "req", entry())
 	now = now.Add(2 * time.Minute)
-	if _, err := s.Get("k"); !errors.Is(err, ErrNotFound) || s.Len() != 0 {
-		t.Errorf("an entry outlived its TTL: %v, %d held", err, s.Len())
+	if _, err := s.Get("k"); !errors.Is(err, ErrNotFound) || s.Len() != 0 || len(s.leases) != 0 {
+		t.Errorf("an entry outlived its TTL: %v, %d held, %d leases", err, s.Len(), len(s.leases))
 	}
 }
 
@@ -69,5 +82,17 @@ func TestDecodeRefuses(t *testing.T) {
 		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A release can overtake the encoder leg it ends: what that leg would keep
+// afterwards is discarded, so nothing waits for its TTL.
+func TestReleaseBeforePut(t *testing.T) {
+	s := NewStore(Config{})
+	if s.Release("late") {
+		t.Error("a lease holding nothing released something")
+	}
+	if err := s.Put("k", "late", entry()); !errors.Is(err, ErrReleased) || s.Len() != 0 {
+		t.Errorf("put under a released lease: %v, %d held", err, s.Len())
 	}
 }

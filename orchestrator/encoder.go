@@ -74,12 +74,29 @@ func (o *Orchestrator) encode(ctx context.Context, req *Request, log *slog.Logge
 	}
 	handles := make([]encoderHandle, len(parts))
 	errs := make([]error, len(parts))
+	// Every encoder a leg was sent to holds what it encoded under the
+	// request's lease, answered or not: all are released at the end.
+	var mu sync.Mutex
+	sent := map[string]bool{}
+	req.encoders = func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var urls []string
+		for u := range sent {
+			urls = append(urls, u)
+		}
+		return urls
+	}
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, p := range parts {
 		wg.Go(func() {
-			h, err := o.encodeItem(ectx, req, i, p)
+			h, err := o.encodeItem(ectx, req, i, p, func(url string) {
+				mu.Lock()
+				sent[url] = true
+				mu.Unlock()
+			})
 			handles[i], errs[i] = h, err
 			if err != nil {
 				cancel() // the request fails: the other items need not be encoded
@@ -88,7 +105,7 @@ func (o *Orchestrator) encode(ctx context.Context, req *Request, log *slog.Logge
 	}
 	wg.Wait()
 	if err := firstEncoderError(errs); err != nil {
-		o.releaseEncoded(handles, log)
+		o.releaseEncoded(req, log)
 		return nil, err
 	}
 	for _, h := range handles {
@@ -119,7 +136,7 @@ func firstEncoderError(errs []error) error {
 }
 
 // encodeItem sends one media item to an encoder instance.
-func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p mediaPart) (encoderHandle, error) {
+func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p mediaPart, sending func(url string)) (encoderHandle, error) {
 	body, err := encoderBody(req, p)
 	if err != nil {
 		return encoderHandle{}, err
@@ -129,6 +146,7 @@ func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p me
 		return encoderHandle{}, err
 	}
 	defer o.track(o.cfg.Encoder, in, -1)
+	sending(in.Client.BaseURL())
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
 	defer cancel()
 	resp, err := in.Client.Post(ctx, req.path(), fmt.Sprintf("%s-enc-%d", req.ID, i), body)
@@ -165,8 +183,15 @@ func encoderBody(req *Request, p mediaPart) ([]byte, error) {
 			delete(c.Extra, k)
 		}
 	}
+	if c.Extra == nil {
+		c.Extra = map[string]json.RawMessage{}
+	}
+	c.Extra[encoderCacheField], _ = json.Marshal(map[string]string{"lease": encoderLease(req)})
 	return marshal(c)
 }
+
+// encoderLease names what the encoders keep for a request.
+func encoderLease(req *Request) string { return req.ID + "/encoder" }
 
 // encoderFailure classifies a failed encoder leg for the client. A refusal
 // of the item (a 4xx: bad media) names the client's part, not the leg's
@@ -202,18 +227,20 @@ func reparent(e *openai.ErrorResponse, path string) *openai.ErrorResponse {
 	return &out
 }
 
-// releaseEncoded frees encoder outputs nobody will fetch again, in the
-// background: one already gone (its TTL) answers not found, which is fine.
-func (o *Orchestrator) releaseEncoded(hs []encoderHandle, log *slog.Logger) {
-	for _, h := range hs {
-		if h.Key == "" {
-			continue
-		}
+// releaseEncoded ends the request's lease on every encoder a leg was sent
+// to, in the background: a lease already gone (its TTL) or never taken (a
+// vLLM encoder, or one that died) answers not found, which is fine.
+func (o *Orchestrator) releaseEncoded(req *Request, log *slog.Logger) {
+	if req.encoders == nil {
+		return
+	}
+	lease := encoderLease(req)
+	for _, url := range req.encoders() {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := eccache.Release(ctx, nil, h.URL, h.Key, o.cfg.Secret); err != nil && !errors.Is(err, eccache.ErrNotFound) {
-				log.Warn("could not release encoder outputs; they are freed at their TTL", "key", h.Key, "err", err)
+			if err := eccache.Release(ctx, nil, url, lease, o.cfg.Secret); err != nil && !errors.Is(err, eccache.ErrNotFound) {
+				log.Debug("could not release encoder outputs; they are freed at their TTL", "lease", lease, "encoder", url, "err", err)
 			}
 		}()
 	}

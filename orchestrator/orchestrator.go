@@ -228,8 +228,10 @@ type Request struct {
 	// conditioning for the Talker.
 	keep *conditioning
 	// encoded names the request's encoder outputs for the prefill leg
-	// (E/P/D with reference encoders).
-	encoded []encoderHandle
+	// (E/P/D with reference encoders); encoders lists the encoder
+	// instances its legs were sent to, whose lease ends with the request.
+	encoded  []encoderHandle
+	encoders func() []string
 }
 
 func (r *Request) path() string {
@@ -375,16 +377,16 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 	}
 	req.encoded = hs
 	res, err := o.prefillThenDecode(ctx, req, log)
-	if hs != nil {
+	if req.encoders != nil {
 		if err != nil {
-			o.releaseEncoded(hs, log)
+			o.releaseEncoded(req, log)
 		} else {
 			done := res.release
 			res.release = func() {
 				if done != nil {
 					done()
 				}
-				o.releaseEncoded(hs, log)
+				o.releaseEncoded(req, log)
 			}
 		}
 	}

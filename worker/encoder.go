@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -57,11 +58,13 @@ func ParseECTransferConfig(s string) (*ECTransferConfig, error) {
 }
 
 // EncoderCacheField is the omni extension by which encoder outputs are
-// named: an encoder worker's answer lists the keys it stored, one per
-// media item of the request ({"key": ..., "url": ""}), and the prefill leg
-// carries, per media item of its request in order, where to fetch them
-// ({"url": <encoder worker>, "key": ...}). vLLM ignores the field: its EC
-// connectors find encoder outputs by hash on their own.
+// named. An encoder leg may carry {"lease": <name>}: the outputs are held
+// for that lease (default: the request's X-Request-Id) until it is
+// released (DELETE eccache.LeasePath{lease}). An encoder worker's answer
+// lists the keys it stored, one per media item of the request ({"key":
+// ...}), and the prefill leg carries, per media item of its request in
+// order, where to fetch them ({"url": <encoder worker>, "key": ...}). vLLM
+// ignores the field: its EC connectors find encoder outputs by hash.
 const EncoderCacheField = "omnipd_encoder_cache"
 
 // EncoderCacheHandle names one media item's encoder rows.
@@ -83,7 +86,21 @@ func contentKey(kind mmproc.Kind, useAudioInVideo bool, data []byte) string {
 
 // encodeItems runs the encoders on each item of an encoder worker's request
 // and stores the rows; the answer names the keys.
-func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *requestMedia) error {
+func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *requestMedia, extra map[string]json.RawMessage) error {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" {
+		id = strconv.FormatInt(time.Now().UnixNano(), 16)
+	}
+	lease := id
+	if raw, ok := extra[EncoderCacheField]; ok {
+		var asked struct {
+			Lease string `json:"lease"`
+		}
+		if err := json.Unmarshal(raw, &asked); err != nil || asked.Lease == "" {
+			return openai.InvalidRequest(EncoderCacheField, `an encoder leg takes {"lease": <name>}`)
+		}
+		lease = asked.Lease
+	}
 	handles := make([]EncoderCacheHandle, len(rm.items))
 	tokens := 0
 	for i, mi := range rm.items {
@@ -91,15 +108,15 @@ func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *request
 		if err != nil {
 			return fmt.Errorf("%s: %w", mi.path, err)
 		}
-		if err := s.encoded.Put(mi.key, e); err != nil {
+		if err := s.encoded.Put(mi.key, lease, e); err != nil {
+			if errors.Is(err, eccache.ErrReleased) {
+				// The request ended while this leg was on its way.
+				return openai.Upstream(http.StatusConflict, "encoder_lease_released", err.Error())
+			}
 			return err
 		}
 		handles[i] = EncoderCacheHandle{Key: mi.key}
 		tokens += len(e.Audio) + len(e.Vision)
-	}
-	id := r.Header.Get("X-Request-Id")
-	if id == "" {
-		id = strconv.FormatInt(time.Now().UnixNano(), 16)
 	}
 	// The answer of vLLM's encoder instance is not read by its proxy; this
 	// one is a chat completion with no text and the keys beside it.

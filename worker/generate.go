@@ -95,7 +95,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		if media == nil {
 			return errNoMedia
 		}
-		return s.encodeItems(w, r, media)
+		return s.encodeItems(w, r, media, req.Extra)
 	}
 	if media != nil {
 		hs, err := encoderHandles(req.Extra, len(media.items))

@@ -131,11 +131,12 @@ func New(cfg Config) (*Server, error) {
 	if s.media, err = newMedia(cfg.Media, cfg.Engine.Tokenizer(), cfg.Engine.Model().Config.HiddenSize, s.metrics); err != nil {
 		return nil, err
 	}
-	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	s.client = &http.Client{Timeout: 60 * time.Second} // the default transport, as the Talker's
 	if cfg.EC != nil && cfg.EC.Role == ECProducer {
 		s.encoded = eccache.NewStore(eccache.Config{TTL: cfg.StashTTL})
 		s.metrics.WatchEncoderCache(s.encoded.Len)
 		s.mux.Handle(eccache.Path+"{key}", s.encoded.Handler())
+		s.mux.Handle(eccache.LeasePath+"{lease}", s.encoded.Handler())
 	}
 	s.metrics.WatchStashes(s.stashes.Len)
 	s.mux.Handle(stageconn.Path+"{key}", s.stashes.Handler())

@@ -20,8 +20,8 @@ import (
 func newWorkerCmd() *cobra.Command {
 	var (
 		host, modelDir, kvJSON, ecJSON, secret, name, stage string
-		port                                        int
-		ecfg                                        engine.Config
+		port                                                int
+		ecfg                                                engine.Config
 	)
 	var simulateProfile string
 	var maxModelLen int

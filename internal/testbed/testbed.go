@@ -51,6 +51,10 @@ type Options struct {
 	Handshake string
 	// Prefills and Decodes are the Thinker instances (default 1 each).
 	Prefills, Decodes int
+	// Encoders adds that many encoder workers in front of the prefills
+	// (encoder disaggregation, E/P/D): each media item is encoded there and
+	// the prefills fetch the outputs instead of encoding.
+	Encoders int
 	// Omni adds the Talker and Code2Wav stages, so chat answers carry audio.
 	Omni bool
 	// AsyncChunk streams the Thinker's conditioning to the Talker (the
@@ -84,8 +88,9 @@ type Deployment struct {
 	// CloseIdle.
 	Client *http.Client
 	// Prefill and Decode are the Thinker workers (Decode holds the one
-	// colocated Thinker when there is no KV connector).
-	Prefill, Decode []*Worker
+	// colocated Thinker when there is no KV connector); Encoder the encoder
+	// workers of E/P/D.
+	Prefill, Decode, Encoder []*Worker
 	// Talker and Code2Wav are the audio stages (nil without Options.Omni).
 	Talker, Code2Wav *Stage
 
@@ -198,6 +203,15 @@ func Start(t testing.TB, opts Options) *Deployment {
 
 	prefillPool := &orchestrator.Pool{Name: "prefill"}
 	decodePool := &orchestrator.Pool{Name: "decode"}
+	var encoderPool *orchestrator.Pool
+	if opts.Encoders > 0 {
+		encoderPool = &orchestrator.Pool{Name: "encoder"}
+		for i := range opts.Encoders {
+			w := d.startThinker(t, fmt.Sprintf("encoder-%d", i), worker.ECProducer, opts, lg)
+			d.Encoder = append(d.Encoder, w)
+			encoderPool.Instances = append(encoderPool.Instances, d.instance(t, w))
+		}
+	}
 	for i := range opts.Prefills {
 		w := d.startThinker(t, fmt.Sprintf("prefill-%d", i), "kv_producer", opts, lg)
 		d.Prefill = append(d.Prefill, w)
@@ -213,7 +227,7 @@ func Start(t testing.TB, opts Options) *Deployment {
 		t.Fatal(err)
 	}
 	ocfg := orchestrator.Config{
-		Prefill: prefillPool, Decode: decodePool, Contract: contract,
+		Prefill: prefillPool, Decode: decodePool, Encoder: encoderPool, Contract: contract, Secret: secret,
 		PrefillRetries: opts.PrefillRetries, PrefillTimeout: opts.PrefillTimeout, StageIdleTimeout: opts.StageIdleTimeout,
 		Metrics: d.metrics, Logger: lg,
 	}
@@ -274,13 +288,21 @@ func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
-	kv, err := worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
+	wcfg := worker.Config{Engine: eng, Secret: secret, Logger: lg}
+	if role == worker.ECProducer {
+		// An encoder: no KV, and the encoder outputs it keeps.
+		wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECProducer}
+	} else {
+		if wcfg.KV, err = worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
 		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g,"shared_memory":%t}}`,
-		role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory))
-	if err != nil {
-		t.Fatal(err)
+			role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory)); err != nil {
+			t.Fatal(err)
+		}
+		if role == "kv_producer" && opts.Encoders > 0 {
+			wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECConsumer}
+		}
 	}
-	srv, err := worker.New(worker.Config{Engine: eng, KV: kv, Secret: secret, Logger: lg})
+	srv, err := worker.New(wcfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -346,7 +368,7 @@ func (d *Deployment) CloseIdle() {
 
 // Workers is every Thinker worker, killed ones included.
 func (d *Deployment) Workers() []*Worker {
-	return append(append([]*Worker(nil), d.Prefill...), d.Decode...)
+	return append(append(append([]*Worker(nil), d.Encoder...), d.Prefill...), d.Decode...)
 }
 
 // Usage is what the deployment holds on behalf of requests: all zero when
@@ -359,6 +381,8 @@ type Usage struct {
 	LeasedBlocks int
 	// Stashes are conditioning stashes waiting for the Talker.
 	Stashes int
+	// EncoderOutputs are media items' encoder outputs held for a prefill.
+	EncoderOutputs int
 	// EngineRequests are requests running or waiting in the engines.
 	EngineRequests int
 	// StageInFlight is the orchestrator's in-flight gauge summed over every
@@ -367,8 +391,8 @@ type Usage struct {
 }
 
 func (u Usage) String() string {
-	return fmt.Sprintf("KV blocks in use %d, leased %d, stashes %d, engine requests %d, orchestrator in flight %d",
-		u.UsedBlocks, u.LeasedBlocks, u.Stashes, u.EngineRequests, u.StageInFlight)
+	return fmt.Sprintf("KV blocks in use %d, leased %d, stashes %d, encoder outputs %d, engine requests %d, orchestrator in flight %d",
+		u.UsedBlocks, u.LeasedBlocks, u.Stashes, u.EncoderOutputs, u.EngineRequests, u.StageInFlight)
 }
 
 // Usage reads the gauges now.
@@ -383,6 +407,7 @@ func (d *Deployment) Usage() Usage {
 		leased, _ := w.Server.KVStats()
 		u.LeasedBlocks += leased
 		u.Stashes += w.Server.Stashes()
+		u.EncoderOutputs += w.Server.EncoderOutputs()
 		u.EngineRequests += st.Running + st.Waiting
 	}
 	u.StageInFlight = d.stageInFlight()

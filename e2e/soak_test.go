@@ -48,6 +48,12 @@ var soakKinds = []soakKind{
 	{name: "cancel-stream", weight: 2, path: chatPath, stream: true, leave: true, body: func(i int) string { return longChat(fmt.Sprint("soak leaving ", i), true) }},
 	{name: "cancel-audio", weight: 1, path: chatPath, stream: true, leave: true, body: func(i int) string { return chatBody(fmt.Sprint("soak leaving ", i), 6, true, "") }},
 	{name: "cancel-whole", weight: 1, path: chatPath, leave: true, body: func(i int) string { return longChat(fmt.Sprint("soak leaving ", i), false) }},
+	// Media go through the encoder stage (E/P/D) and the prefill.
+	{name: "media", weight: 2, path: chatPath, body: func(i int) string { return mediaChat(i, false, "") }},
+	{name: "media-stream", weight: 1, path: chatPath, stream: true, body: func(i int) string { return mediaChat(i, true, "") }},
+	{name: "media-spoken", weight: 1, path: chatPath, body: func(i int) string {
+		return strings.Replace(mediaChat(i, false, ""), `"modalities":["text"]`, `"modalities":["text","audio"],"max_tokens":4`, 1)
+	}},
 }
 
 // soakOutcome is what one request came to.
@@ -58,8 +64,9 @@ type soakOutcome struct {
 	err       error
 }
 
-// A sustained mix of streamed and whole, text and audio requests, and
-// clients that leave mid-request, at constant concurrency for OMNIPD_SOAK:
+// A sustained mix of streamed and whole, text and audio requests, prompts
+// with media through an encoder stage, and clients that leave mid-request,
+// at constant concurrency for OMNIPD_SOAK:
 // every request gets exactly one well-formed answer carrying its own id
 // (none lost, none duplicated, none crossed), the in-use heap stays flat
 // after warm-up, and afterwards the deployment holds nothing.
@@ -73,7 +80,7 @@ func TestSoak(t *testing.T) {
 	}
 	// The omni requests run with async chunk on: the Talker reads the
 	// decode's rows as they grow, beside the text.
-	d := testbed.Start(t, testbed.Options{Omni: true, AsyncChunk: true, Prefills: 2, Decodes: 2, PrefillRetries: 1})
+	d := testbed.Start(t, testbed.Options{Omni: true, AsyncChunk: true, Prefills: 2, Decodes: 2, Encoders: 1, PrefillRetries: 1})
 	warm(t, d)
 
 	var deck []soakKind

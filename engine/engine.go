@@ -804,7 +804,9 @@ func (e *Engine) advance(w *work) {
 		e.finishRunning(s, "stop", nil)
 		return
 	}
-	s.text.WriteString(s.decoder.Add(tok))
+	if s.req.Params.KeepSpecialTokens || !e.tok.IsSpecial(tok) {
+		s.text.WriteString(s.decoder.Add(tok))
+	}
 	if e.stopString(s) {
 		e.finishRunning(s, "stop", nil)
 		return

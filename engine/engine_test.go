@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -405,4 +406,38 @@ func TestSubmitRejectsBadRequests(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// Generated special tokens (a multimodal marker, <|im_start|>) are left out
+// of the text by default, as vLLM's skip_special_tokens, and kept with
+// KeepSpecialTokens; the tokens are the same either way.
+func TestSpecialTokensInText(t *testing.T) {
+	e := start(t, Config{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for seed := range int64(40) {
+		prompt := randomPrompt(rng, 12)
+		p := seeded(seed, 48)
+		p.IgnoreEOS = true
+		skipped := run(t, e, &Request{Prompt: prompt, Params: p})
+		var special []int
+		for _, tok := range skipped.tokens {
+			if testTokenizer.IsSpecial(tok) {
+				special = append(special, tok)
+			}
+		}
+		if len(special) == 0 {
+			continue
+		}
+		p.KeepSpecialTokens = true
+		kept := run(t, e, &Request{Prompt: prompt, Params: p})
+		if !slices.Equal(kept.tokens, skipped.tokens) {
+			t.Fatalf("seed %d: the tokens differ with KeepSpecialTokens", seed)
+		}
+		marker := testTokenizer.Decode(special[:1])
+		if strings.Contains(skipped.text, marker) || !strings.Contains(kept.text, marker) {
+			t.Errorf("seed %d: %q in the default text %q, or missing from the kept %q", seed, marker, skipped.text, kept.text)
+		}
+		return
+	}
+	t.Fatal("no seeded answer generated a special token to test with")
 }

@@ -164,6 +164,9 @@ func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int
 	if sp.MinTokens != nil {
 		p.MinTokens = *sp.MinTokens
 	}
+	if sp.SkipSpecialTokens != nil {
+		p.KeepSpecialTokens = !*sp.SkipSpecialTokens
+	}
 	if sp.IgnoreEOS != nil {
 		p.IgnoreEOS = *sp.IgnoreEOS
 	}

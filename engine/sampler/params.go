@@ -59,6 +59,11 @@ type Params struct {
 	StopTokenIDs []int
 	// IgnoreEOS keeps generating past EOS.
 	IgnoreEOS bool
+	// KeepSpecialTokens puts the text of generated special tokens (such as
+	// <|im_end|> or a multimodal marker) in the output; vLLM's default,
+	// skip_special_tokens true, leaves them out, and so does the zero value.
+	// The tokens themselves are generated and counted either way.
+	KeepSpecialTokens bool
 	// Stop strings are matched by the caller on detokenized text; they are
 	// here only to be validated with the rest.
 	Stop []string

@@ -7,9 +7,10 @@
 // and aggregates runs into Markdown, JSON and SVG reports with goodput
 // against an SLO.
 //
-// The measurement and reporting core (datasets, arrivals, statistics, SLOs,
-// stream parsing, reports, plots) is pure; Run and Sweep are the driver that
-// does the IO.
+// The measurement and reporting core (datasets, among them random-mm's
+// synthetic images and audio clips, arrivals, statistics, SLOs, stream
+// parsing, reports, plots) is pure; Run and Sweep are the driver that does
+// the IO.
 package bench
 
 import (

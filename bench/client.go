@@ -75,7 +75,9 @@ func (t Target) url() string {
 }
 
 // Body is the JSON request for prompt p: always streamed, with usage in
-// the last chunk.
+// the last chunk. A prompt with media is one user message whose content is
+// the text part and then the media parts, the order vLLM's bench sends them
+// in (mm_position "last").
 func (t Target) Body(p Prompt) ([]byte, error) {
 	req := map[string]any{
 		"max_tokens":     p.MaxTokens,
@@ -89,9 +91,20 @@ func (t Target) Body(p Prompt) ([]byte, error) {
 		req["ignore_eos"] = true
 	}
 	if t.Endpoint == EndpointCompletions {
+		if len(p.Media) > 0 {
+			return nil, errors.New("bench: media need the chat endpoint; completions take text only")
+		}
 		req["prompt"] = p.Text
 	} else {
-		req["messages"] = []map[string]string{{"role": "user", "content": p.Text}}
+		var content any = p.Text
+		if len(p.Media) > 0 {
+			parts := []any{map[string]string{"type": "text", "text": p.Text}}
+			for i := range p.Media {
+				parts = append(parts, mediaMarker(i))
+			}
+			content = parts
+		}
+		req["messages"] = []map[string]any{{"role": "user", "content": content}}
 		req["modalities"] = []string{openai.ModalityText}
 		if t.Audio {
 			req["modalities"] = []string{openai.ModalityText, openai.ModalityAudio}
@@ -102,7 +115,43 @@ func (t Target) Body(p Prompt) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: encoding the request: %w", err)
 	}
-	return b, nil
+	if len(p.Media) == 0 {
+		return b, nil
+	}
+	return spliceMedia(b, p.Media)
+}
+
+// mediaMarker stands for media part i in the marshaled request until
+// spliceMedia replaces it. spliceMedia looks for it as an element after a
+// comma, which no text can produce: every quote inside a JSON string is
+// escaped, so a quote there follows a backslash.
+func mediaMarker(i int) string { return fmt.Sprintf("\x00omnipd-media-%d", i) }
+
+// spliceMedia writes the request with each marker replaced by its part's
+// JSON, copying the parts' shared pieces once, straight into the body:
+// marshaling megabytes of base64 as a Go string would scan and copy them
+// again for every request.
+func spliceMedia(b []byte, media []MediaPart) ([]byte, error) {
+	size := len(b)
+	for _, m := range media {
+		size += m.jsonLen()
+	}
+	out := make([]byte, 0, size)
+	rest := b
+	for i, m := range media {
+		marker, _ := json.Marshal(mediaMarker(i))
+		marker = append([]byte{','}, marker...)
+		at := bytes.Index(rest, marker)
+		if at < 0 {
+			return nil, fmt.Errorf("bench: media part %d has no place in the request", i)
+		}
+		out = append(out, rest[:at+1]...)
+		for _, piece := range m.pieces {
+			out = append(out, piece...)
+		}
+		rest = rest[at+len(marker):]
+	}
+	return append(out, rest...), nil
 }
 
 // NewHTTPClient is a client tuned for load generation: keep-alive with room
@@ -131,11 +180,13 @@ const maxErrorBody = 64 << 10
 func send(ctx context.Context, hc *http.Client, t Target, p Prompt, rec *Record, timeout time.Duration) {
 	rec.MaxTokens = p.MaxTokens
 	rec.PromptTokens = p.InputTokens
+	rec.MediaItems, rec.MediaBytes = len(p.Media), p.MediaBytes()
 	body, err := t.Body(p)
 	if err != nil {
 		rec.Error = err.Error()
 		return
 	}
+	rec.RequestBytes = len(body)
 	reqCtx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc

@@ -18,6 +18,18 @@ type Prompt struct {
 	InputTokens int
 	// MaxTokens is the request's max_tokens.
 	MaxTokens int
+	// Media are content parts sent after the text, in one user message
+	// (the random-mm dataset); chat requests only.
+	Media []MediaPart
+}
+
+// MediaBytes is the size of the prompt's media files.
+func (p Prompt) MediaBytes() int {
+	n := 0
+	for _, m := range p.Media {
+		n += m.Bytes
+	}
+	return n
 }
 
 // Dataset hands out the prompt of the i-th request. The same seed gives the

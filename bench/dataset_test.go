@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func TestLoadShareGPT(t *testing.T) {
 	if p := got["Short"]; p.MaxTokens != 10 {
 		t.Errorf("user/assistant roles: %+v", p)
 	}
-	if ds.Prompt(ds.Len()) != ds.Prompt(0) {
+	if !reflect.DeepEqual(ds.Prompt(ds.Len()), ds.Prompt(0)) {
 		t.Error("prompts do not cycle past the end")
 	}
 
@@ -96,7 +97,7 @@ func TestRandomDataset(t *testing.T) {
 	if n := len(strings.Fields(p.Text)); n != 50 || p.InputTokens != 50 || p.MaxTokens != 16 {
 		t.Errorf("%d words, %+v", n, p)
 	}
-	if r.Prompt(3) != p {
+	if !reflect.DeepEqual(r.Prompt(3), p) {
 		t.Error("the same seed and index give another prompt")
 	}
 	if r.Prompt(4).Text == p.Text || (Random{InputLen: 50, OutputLen: 16, Seed: 10}).Prompt(3).Text == p.Text {

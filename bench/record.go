@@ -32,6 +32,11 @@ type Record struct {
 	PromptTokens         int  `json:"prompt_tokens"`
 	PromptTokensReported bool `json:"prompt_tokens_reported"`
 	MaxTokens            int  `json:"max_tokens"`
+	// MediaItems and MediaBytes are the media parts the request carried
+	// and the size of their files; RequestBytes is the body sent.
+	MediaItems   int `json:"media_items,omitempty"`
+	MediaBytes   int `json:"media_bytes,omitempty"`
+	RequestBytes int `json:"request_bytes"`
 	// OutputTokens is usage.completion_tokens when reported
 	// (OutputTokensReported), else the number of text chunks.
 	OutputTokens         int  `json:"output_tokens"`

@@ -46,6 +46,13 @@ type Summary struct {
 	AudioRTF    Dist    `json:"audio_rtf"`
 	TotalAudioS float64 `json:"total_audio_s"`
 
+	// What was sent, over every request whose body was sent, whatever its
+	// outcome: media items, the size of their files, and the request
+	// bodies (media base64-encoded).
+	TotalMediaItems   int   `json:"total_media_items"`
+	TotalMediaBytes   int64 `json:"total_media_bytes"`
+	TotalRequestBytes int64 `json:"total_request_bytes"`
+
 	// Errors are the distinct failure messages, most frequent first.
 	Errors []ErrorCount `json:"errors"`
 }
@@ -65,6 +72,9 @@ func Aggregate(records []Record, elapsed time.Duration, slo SLO) Summary {
 	for i := range records {
 		r := &records[i]
 		r.MetSLO = slo.Meets(r)
+		s.TotalMediaItems += r.MediaItems
+		s.TotalMediaBytes += int64(r.MediaBytes)
+		s.TotalRequestBytes += int64(r.RequestBytes)
 		switch {
 		case r.Canceled:
 			s.Canceled++
@@ -167,27 +177,29 @@ func (l *Load) UnmarshalJSON(b []byte) error {
 
 // Settings records how a benchmark was asked for, for the report.
 type Settings struct {
-	BaseURL        string    `json:"base_url"`
-	Model          string    `json:"model"`
-	Endpoint       string    `json:"endpoint"`
-	Modalities     []string  `json:"modalities"`
-	AudioFormat    string    `json:"audio_format,omitempty"`
-	Dataset        string    `json:"dataset"`
-	DatasetPath    string    `json:"dataset_path,omitempty"`
-	InputLen       int       `json:"input_len"`
-	OutputLen      int       `json:"output_len"`
-	IgnoreEOS      bool      `json:"ignore_eos"`
-	Seed           uint64    `json:"seed"`
-	NumPrompts     int       `json:"num_prompts"`
-	DurationS      float64   `json:"duration_s"`
-	RequestRate    Rate      `json:"request_rate"`
-	Burstiness     float64   `json:"burstiness"`
-	Concurrency    int       `json:"concurrency"`
-	MaxConcurrency int       `json:"max_concurrency"`
-	Warmup         int       `json:"warmup"`
-	TimeoutS       float64   `json:"timeout_s"`
-	SLO            SLO       `json:"slo"`
-	Sweep          []float64 `json:"sweep,omitempty"`
+	BaseURL     string   `json:"base_url"`
+	Model       string   `json:"model"`
+	Endpoint    string   `json:"endpoint"`
+	Modalities  []string `json:"modalities"`
+	AudioFormat string   `json:"audio_format,omitempty"`
+	Dataset     string   `json:"dataset"`
+	DatasetPath string   `json:"dataset_path,omitempty"`
+	// RandomMM is the random-mm dataset's media.
+	RandomMM       *MMSettings `json:"random_mm,omitempty"`
+	InputLen       int         `json:"input_len"`
+	OutputLen      int         `json:"output_len"`
+	IgnoreEOS      bool        `json:"ignore_eos"`
+	Seed           uint64      `json:"seed"`
+	NumPrompts     int         `json:"num_prompts"`
+	DurationS      float64     `json:"duration_s"`
+	RequestRate    Rate        `json:"request_rate"`
+	Burstiness     float64     `json:"burstiness"`
+	Concurrency    int         `json:"concurrency"`
+	MaxConcurrency int         `json:"max_concurrency"`
+	Warmup         int         `json:"warmup"`
+	TimeoutS       float64     `json:"timeout_s"`
+	SLO            SLO         `json:"slo"`
+	Sweep          []float64   `json:"sweep,omitempty"`
 	// SweepConcurrency: the sweep's points are closed-loop concurrencies
 	// rather than request rates.
 	SweepConcurrency bool   `json:"sweep_concurrency"`
@@ -238,7 +250,17 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("# omnipd bench\n\n")
 	mods := strings.Join(st.Modalities, "+")
 	data := st.Dataset
-	if st.Dataset == "random" {
+	if mm := st.RandomMM; mm != nil {
+		items := strconv.Itoa(mm.ItemsPerRequest[0])
+		if mm.ItemsPerRequest[1] != mm.ItemsPerRequest[0] {
+			items += "–" + strconv.Itoa(mm.ItemsPerRequest[1])
+		}
+		noun := "items"
+		if items == "1" {
+			noun = "item"
+		}
+		data += fmt.Sprintf(" (input %d, output %d tokens; %s media %s a request from %s)", st.InputLen, st.OutputLen, items, noun, mm.BucketConfig)
+	} else if st.Dataset == "random" {
 		data += fmt.Sprintf(" (input %d, output %d tokens)", st.InputLen, st.OutputLen)
 	} else if st.DatasetPath != "" {
 		data += " (" + st.DatasetPath + ")"
@@ -305,6 +327,13 @@ func runTables(b *strings.Builder, run *Result, audio bool) {
 	)
 	if audio {
 		rows = append(rows, [2]string{"total audio (s)", f2(s.TotalAudioS)})
+	}
+	if s.TotalMediaItems > 0 {
+		rows = append(rows,
+			[2]string{"media items sent", strconv.Itoa(s.TotalMediaItems)},
+			[2]string{"media sent (MB)", f2(float64(s.TotalMediaBytes) / 1e6)},
+			[2]string{"request bodies sent (MB)", f2(float64(s.TotalRequestBytes) / 1e6)},
+		)
 	}
 	b.WriteString("| result | value |\n|---|---:|\n")
 	for _, row := range rows {

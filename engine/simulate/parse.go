@@ -99,6 +99,11 @@ func Parse(file string, data []byte) (*Profile, error) {
 			{"chunk", p.linear(&prof.Code2Wav.Chunk)},
 			{"frame", p.linear(&prof.Code2Wav.Frame)},
 		})},
+		{"encoder", p.section([]field{
+			{EncoderAudio, p.encoderCost(&prof.Encoder.Audio)},
+			{EncoderImage, p.encoderCost(&prof.Encoder.Image)},
+			{EncoderVideo, p.encoderCost(&prof.Encoder.Video)},
+		})},
 	})
 	p.checkModel(prof)
 	if len(p.errs) > 0 {
@@ -185,6 +190,16 @@ func (p *parser) linear(dst *Linear) func(n *yaml.Node, path string) {
 	return p.section([]field{
 		{"base", p.duration(&dst.Base)},
 		{"per_request", p.duration(&dst.PerUnit)},
+	})
+}
+
+// encoderCost reads one modality's encoder cost.
+func (p *parser) encoderCost(dst *EncoderCost) func(n *yaml.Node, path string) {
+	return p.section([]field{
+		{"base", p.duration(&dst.Base)},
+		{"per_item", p.duration(&dst.PerItem)},
+		{"per_token", p.duration(&dst.PerToken)},
+		{"attention_1k", p.duration(&dst.Attention1K)},
 	})
 }
 

@@ -24,6 +24,9 @@
 // with bytes_per_token = 2 (K and V) × layers × kv_heads × head_dim ×
 // dtype_bytes of the modeled model.
 //
+// A step that encodes media adds the encoders' time (Encoder.BatchTime),
+// as vLLM runs the encoders inside the step, before the forward pass.
+//
 // This package is a pure core: parsing, validation and cost arithmetic, no
 // IO but Load, which reads a profile file or an embedded built-in profile.
 package simulate
@@ -59,6 +62,10 @@ type Profile struct {
 	// profile models the Thinker alone.
 	Talker   Talker
 	Code2Wav Code2Wav
+	// Encoder is the Thinker's multimodal encoders (encoder.go), paid in
+	// the engine step that encodes a prompt's media; zero when the profile
+	// has no encoder section.
+	Encoder Encoder
 }
 
 // Linear is a cost Base + PerUnit·n.
@@ -135,9 +142,12 @@ func (p *Profile) TransferTime(tokens int) time.Duration {
 	return t
 }
 
-// IsZero reports whether every cost is zero: the engine then never waits.
+// IsZero reports whether every cost of the Thinker's engine is zero (its
+// steps, its KV transfers and its encoders): the engine then never waits.
+// The audio stages are the Talker's and Code2Wav's workers' own.
 func (p *Profile) IsZero() bool {
-	return p.Prefill == Linear{} && p.Decode == Linear{} && p.KV.Setup == 0 && (p.KV.BytesPerSecond == 0 || p.Model.BytesPerToken() == 0)
+	return p.Prefill == Linear{} && p.Decode == Linear{} && p.KV.Setup == 0 && (p.KV.BytesPerSecond == 0 || p.Model.BytesPerToken() == 0) &&
+		p.Encoder.IsZero()
 }
 
 func addSat(a, b time.Duration) time.Duration {

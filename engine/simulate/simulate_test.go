@@ -81,6 +81,7 @@ func TestIsZero(t *testing.T) {
 		{Decode: Linear{Base: 1}},
 		{KV: KVTransfer{Setup: 1}},
 		{KV: KVTransfer{BytesPerSecond: 1}, Model: KVModel{1, 1, 1, 1}},
+		{Encoder: Encoder{Video: EncoderCost{PerToken: 1}}},
 	} {
 		if p.IsZero() {
 			t.Errorf("%+v is zero", p)

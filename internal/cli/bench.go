@@ -34,12 +34,19 @@ type benchOptions struct {
 	outputJSON, plotDir            string
 	quiet, verbose                 bool
 	ignoreEOSSet, rateSet          bool
+	// random-mm: vLLM's flags, and omnipd's for audio.
+	mmBaseItems         int
+	mmRangeRatio        float64
+	mmLimits, mmBuckets string
+	mmAudioRate         int
+	mmAudioPart         string
+	mmFlagsSet          []string
 }
 
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench [--base-url URL] [--dataset random|sharegpt] [--request-rate R | --concurrency C] [flags]",
+		Use:   "bench [--base-url URL] [--dataset random|random-mm|sharegpt] [--request-rate R | --concurrency C] [flags]",
 		Short: "Load-test an OpenAI-compatible server and report TTFT, TPOT, ITL, E2E, audio TTFP/RTF and goodput",
 		Long: `bench is omnipd's counterpart of vllm bench serve. It streams chat (or
 completions) requests to a running server, in an open loop at --request-rate
@@ -47,13 +54,20 @@ completions) requests to a running server, in an open loop at --request-rate
 clients, for --num-prompts requests or --duration, and reports per-request
 latencies (TTFT, TPOT, ITL, E2E; audio time to first packet and real-time
 factor with --modalities text,audio), throughput and goodput against --slo.
---sweep runs the workload at several rates (or concurrencies). Results go to
+--dataset random-mm adds synthetic images and audio clips to each prompt, as
+vLLM's random-mm does (--random-mm-* flags). --sweep runs the workload at
+several rates (or concurrencies). Results go to
 stdout as Markdown, with --output-json and --plot-dir (SVG) for more.
 Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.ignoreEOSSet = cmd.Flags().Changed("ignore-eos")
 			o.rateSet = cmd.Flags().Changed("request-rate")
+			for _, name := range randomMMFlags {
+				if cmd.Flags().Changed(name) {
+					o.mmFlagsSet = append(o.mmFlagsSet, "--"+name)
+				}
+			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -64,10 +78,16 @@ Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
 	f.StringVar(&o.endpoint, "endpoint", bench.EndpointChat, "chat (/v1/chat/completions) or completions (/v1/completions)")
 	f.StringVar(&o.modalities, "modalities", "text", `"text", or "text,audio" to ask for speech too and measure it`)
 	f.StringVar(&o.audioFmt, "audio-format", "wav", "audio format to ask for with --modalities text,audio: wav or pcm")
-	f.StringVar(&o.dataset, "dataset", "random", "random or sharegpt")
+	f.StringVar(&o.dataset, "dataset", "random", "random, random-mm (random text with synthetic media) or sharegpt")
 	f.StringVar(&o.datasetPath, "dataset-path", "", "ShareGPT JSON file (--dataset sharegpt)")
 	f.IntVar(&o.inputLen, "input-len", 128, "random dataset: prompt length in tokens (about)")
 	f.IntVar(&o.outputLen, "output-len", 0, "random dataset: max_tokens (default 128); sharegpt: cap on each answer's length (default none)")
+	f.IntVar(&o.mmBaseItems, "random-mm-base-items-per-request", bench.DefaultMMBaseItemsPerRequest, "random-mm: media items a request carries, before the range ratio")
+	f.Float64Var(&o.mmRangeRatio, "random-mm-num-mm-items-range-ratio", 0, "random-mm: r in [0, 1]; a request's item count is uniform in [floor(n(1-r)), ceil(n(1+r))]")
+	f.StringVar(&o.mmLimits, "random-mm-limit-mm-per-prompt", bench.DefaultMMLimitPerPrompt, `random-mm: JSON caps on a request's items per modality, e.g. '{"image": 2, "audio": 1}'`)
+	f.StringVar(&o.mmBuckets, "random-mm-bucket-config", bench.DefaultMMBucketConfig, "random-mm: item shapes to probabilities: (height, width, 1) an image, (0, seconds, channels) an audio clip")
+	f.IntVar(&o.mmAudioRate, "random-mm-audio-sample-rate", bench.DefaultMMAudioSampleRate, "random-mm: sample rate of the synthetic audio clips, Hz (omnipd's flag)")
+	f.StringVar(&o.mmAudioPart, "random-mm-audio-part", bench.AudioPartInputAudio, "random-mm: send audio as input_audio or as an audio_url data: URL (omnipd's flag)")
 	f.Uint64Var(&o.seed, "seed", 0, "seed for prompts and arrivals; the same seed repeats the same workload")
 	f.IntVar(&o.numPrompts, "num-prompts", 0, "requests to measure (default 100 unless --duration is given)")
 	f.DurationVar(&o.duration, "duration", 0, "stop starting requests after this long (e.g. 60s)")
@@ -121,7 +141,13 @@ func (o benchOptions) plan() (*benchPlan, error) {
 	default:
 		return nil, fmt.Errorf("--modalities %q: want text or text,audio", o.modalities)
 	}
-	var ds bench.Dataset
+	var (
+		ds         bench.Dataset
+		mmSettings *bench.MMSettings
+	)
+	if len(o.mmFlagsSet) > 0 && o.dataset != "random-mm" {
+		return nil, fmt.Errorf("%s: the random-mm flags need --dataset random-mm", strings.Join(o.mmFlagsSet, ", "))
+	}
 	outputLen := o.outputLen
 	switch o.dataset {
 	case "random":
@@ -132,6 +158,23 @@ func (o benchOptions) plan() (*benchPlan, error) {
 			return nil, errors.New("--input-len and --output-len: want >= 1")
 		}
 		ds = bench.Random{InputLen: o.inputLen, OutputLen: outputLen, Seed: o.seed}
+		t.IgnoreEOS = !o.ignoreEOSSet || o.ignoreEOS
+	case "random-mm":
+		if outputLen == 0 {
+			outputLen = 128
+		}
+		if o.inputLen < 1 || outputLen < 1 {
+			return nil, errors.New("--input-len and --output-len: want >= 1")
+		}
+		if t.Endpoint == bench.EndpointCompletions {
+			return nil, errors.New("--dataset random-mm needs the chat endpoint; completions take text only")
+		}
+		mm, err := o.randomMM(bench.Random{InputLen: o.inputLen, OutputLen: outputLen, Seed: o.seed})
+		if err != nil {
+			return nil, err
+		}
+		ds = mm
+		mmSettings = mm.Settings()
 		t.IgnoreEOS = !o.ignoreEOSSet || o.ignoreEOS
 	case "sharegpt":
 		if o.datasetPath == "" {
@@ -152,7 +195,7 @@ func (o benchOptions) plan() (*benchPlan, error) {
 		ds = sg
 		t.IgnoreEOS = o.ignoreEOS
 	default:
-		return nil, fmt.Errorf("--dataset %q: want random or sharegpt", o.dataset)
+		return nil, fmt.Errorf("--dataset %q: want random, random-mm or sharegpt", o.dataset)
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -217,7 +260,7 @@ func (o benchOptions) plan() (*benchPlan, error) {
 	}
 	p.settings = bench.Settings{
 		BaseURL: o.baseURL, Endpoint: o.endpoint, Modalities: modalities,
-		Dataset: o.dataset, DatasetPath: o.datasetPath, InputLen: o.inputLen, OutputLen: outputLen, IgnoreEOS: t.IgnoreEOS,
+		Dataset: o.dataset, DatasetPath: o.datasetPath, RandomMM: mmSettings, InputLen: o.inputLen, OutputLen: outputLen, IgnoreEOS: t.IgnoreEOS,
 		Seed: o.seed, NumPrompts: load.NumPrompts, DurationS: load.Duration.Seconds(), RequestRate: bench.Rate(rate),
 		Burstiness: o.burstiness, Concurrency: o.concurrency, MaxConcurrency: o.maxConcurrency, Warmup: o.warmup,
 		TimeoutS: o.timeout.Seconds(), SLO: slo, Sweep: points, SweepConcurrency: o.sweepConcurrency,
@@ -225,10 +268,33 @@ func (o benchOptions) plan() (*benchPlan, error) {
 	if t.Audio {
 		p.settings.AudioFormat = o.audioFmt
 	}
-	if o.dataset != "random" {
+	if o.dataset == "sharegpt" {
 		p.settings.InputLen = 0
 	}
 	return p, nil
+}
+
+// randomMMFlags are the flags only --dataset random-mm reads.
+var randomMMFlags = []string{
+	"random-mm-base-items-per-request", "random-mm-num-mm-items-range-ratio", "random-mm-limit-mm-per-prompt",
+	"random-mm-bucket-config", "random-mm-audio-sample-rate", "random-mm-audio-part",
+}
+
+// randomMM builds the random-mm dataset from its flags; bucket media are
+// synthesized here, before the load.
+func (o benchOptions) randomMM(text bench.Random) (*bench.RandomMM, error) {
+	limits, err := bench.ParseMMLimits(o.mmLimits)
+	if err != nil {
+		return nil, fmt.Errorf("--random-mm-limit-mm-per-prompt %s: %w", o.mmLimits, err)
+	}
+	buckets, err := bench.ParseBucketConfig(o.mmBuckets)
+	if err != nil {
+		return nil, fmt.Errorf("--random-mm-bucket-config %s: %w", o.mmBuckets, err)
+	}
+	return bench.NewRandomMM(text, bench.MMConfig{
+		BaseItemsPerRequest: o.mmBaseItems, NumItemsRangeRatio: o.mmRangeRatio,
+		LimitPerPrompt: limits, Buckets: buckets, AudioSampleRate: o.mmAudioRate, AudioPart: o.mmAudioPart,
+	})
 }
 
 func parseRate(s string) (float64, error) {

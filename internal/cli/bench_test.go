@@ -355,7 +355,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--modalities", "audio"}, "want text or text,audio"},
 		{[]string{"--dataset", "sharegpt"}, "needs --dataset-path"},
-		{[]string{"--dataset", "sonnet"}, "want random or sharegpt"},
+		{[]string{"--dataset", "sonnet"}, "want random, random-mm or sharegpt"},
 		{[]string{"--concurrency", "2", "--request-rate", "4"}, "closed loop"},
 		{[]string{"--sweep-concurrency"}, "needs --sweep"},
 		{[]string{"--sweep", "1,x"}, "positive numbers"},
@@ -418,5 +418,69 @@ func TestBenchOutputsPreparedBeforeTheLoad(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(dir, "new", "deeper", ".omnipd-bench-*"))
 	if len(charts) == 0 || len(leftovers) != 0 {
 		t.Errorf("charts %v, temporary files left %v", charts, leftovers)
+	}
+}
+
+// The random-mm flags: vLLM's names and semantics, omnipd's audio flags,
+// and a usage error (exit 2) naming the flag for every bad value.
+func TestBenchRandomMMFlags(t *testing.T) {
+	mm := []string{"--dataset", "random-mm"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--random-mm-base-items-per-request", "2"}, "--random-mm-base-items-per-request: the random-mm flags need --dataset random-mm"},
+		{[]string{"--dataset", "sharegpt", "--dataset-path", "x.json", "--random-mm-audio-part", "audio_url"}, "need --dataset random-mm"},
+		{append(mm, "--endpoint", "completions"), "random-mm needs the chat endpoint"},
+		{append(mm, "--random-mm-num-mm-items-range-ratio", "1.5"), "--random-mm-num-mm-items-range-ratio 1.5: want a number in [0, 1]"},
+		{append(mm, "--random-mm-base-items-per-request", "-1"), "--random-mm-base-items-per-request -1: want >= 0"},
+		{append(mm, "--random-mm-limit-mm-per-prompt", "image=2"), "--random-mm-limit-mm-per-prompt image=2: want a JSON object"},
+		{append(mm, "--random-mm-limit-mm-per-prompt", `{"image": -2}`), `image: -2; want a whole number >= 0`},
+		{append(mm, "--random-mm-limit-mm-per-prompt", `{"audio": 1}`), "modality image of bucket (256, 256, 1) is not in --random-mm-limit-mm-per-prompt"},
+		{append(mm, "--random-mm-bucket-config", "{(256, 256): 1}"), "--random-mm-bucket-config {(256, 256): 1}: at"},
+		{append(mm, "--random-mm-bucket-config", "{(0, 30, 1): 0}"), "every probability is zero"},
+		{append(mm, "--random-mm-bucket-config", "{(720, 1280, 16): 1}"), "video buckets (frames > 1) are not synthesized yet"},
+		{append(mm, "--random-mm-bucket-config", "{(0, 30, 1): 1}", "--random-mm-limit-mm-per-prompt", `{"audio": 1}`, "--random-mm-base-items-per-request", "2"), "at least 2 items"},
+		{append(mm, "--random-mm-audio-part", "wav"), `--random-mm-audio-part "wav": want input_audio or audio_url`},
+		{append(mm, "--random-mm-audio-sample-rate", "1000"), "--random-mm-audio-sample-rate 1000"},
+		{append(mm, "--input-len", "0"), "--input-len and --output-len: want >= 1"},
+	} {
+		args := append([]string{"bench", "--model", "m", "--base-url", "http://127.0.0.1:1"}, tt.args...)
+		code, _, stderr := run(t, args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// random-mm against the reference pipeline: omnipd's API takes every
+// synthetic image and clip (a bad media part is a 400), and the report
+// counts the media sent.
+func TestBenchRandomMMEndToEnd(t *testing.T) {
+	url := benchDeployment(t)
+	jsonPath := filepath.Join(t.TempDir(), "mm.json")
+	code, stdout, stderr := run(t, "bench", "--base-url", url, "--model", "omnipd-reference", "--dataset", "random-mm",
+		"--random-mm-bucket-config", "{(32, 48, 1): 0.5, (0, 1, 1): 0.5}", "--random-mm-limit-mm-per-prompt", `{"image": 1, "audio": 1}`,
+		"--random-mm-base-items-per-request", "2", "--input-len", "8", "--output-len", "4", "--num-prompts", "3", "--concurrency", "2",
+		"--seed", "3", "--quiet", "--output-json", jsonPath)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"random-mm (input 8, output 4 tokens; 2 media items a request from {(32, 48, 1): 0.5, (0, 1, 1): 0.5})",
+		"| completed requests | 3 |", "| media items sent | 6 |", "| media sent (MB) |", "| request bodies sent (MB) |"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	rep, raw := readReport(t, jsonPath)
+	mm := rep.Settings.RandomMM
+	if mm == nil || mm.ItemsPerRequest != [2]int{2, 2} || mm.AudioPart != "input_audio" || mm.AudioSampleRate != 16000 || !bytes.Contains(raw, []byte(`"total_media_items": 6`)) {
+		t.Fatalf("settings %+v", mm)
+	}
+	for _, r := range rep.Runs[0].Requests {
+		// 2 items: a 32x48 PNG and a one-second 16 kHz clip (32,044 bytes).
+		if !r.Success || r.MediaItems != 2 || r.MediaBytes < 32044+4608 || r.RequestBytes < 4*r.MediaBytes/3 {
+			t.Errorf("%+v", r)
+		}
 	}
 }

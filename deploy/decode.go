@@ -325,3 +325,79 @@ func isNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil
 }
+
+// ecKnownKeys are the fields of vLLM's ECTransferConfig
+// (vllm/config/ec_transfer.py).
+var ecKnownKeys = []string{
+	"ec_connector", "ec_role", "engine_id", "ec_buffer_device", "ec_buffer_size", "ec_rank",
+	"ec_parallel_size", "ec_ip", "ec_port", "ec_connector_extra_config", "ec_connector_module_path",
+}
+
+// ecConfigOf reads an ec_transfer_config mapping. The fields omnipd does
+// not reason about are checked for their type and kept, in order, with any
+// key it does not know: they are passed to the engine as written.
+func (p *problems) ecConfigOf(n *Node, path string) *ECConfig {
+	if n.Kind == KindNull {
+		return nil
+	}
+	if !p.mapOf(n, path) {
+		return nil
+	}
+	ec := &ECConfig{}
+	keep := func(k, v *Node) {
+		if ec.Other == nil {
+			ec.Other = newMap(n.Pos)
+		}
+		ec.Other.Set(k.Value, v.Clone())
+	}
+	for i, k := range n.Keys {
+		v := n.Values[i]
+		fp := path + "." + k.Value
+		switch k.Value {
+		case "ec_connector":
+			ec.Connector, _ = p.strOf(v, fp)
+		case "ec_role":
+			ec.Role, _ = p.strOf(v, fp)
+		case "engine_id":
+			ec.EngineID, _ = p.strOf(v, fp)
+		case "ec_connector_extra_config":
+			if v.Kind != KindNull && p.mapOf(v, fp) {
+				ec.ExtraConfig = v.Clone()
+			}
+		case "ec_buffer_device", "ec_ip", "ec_connector_module_path":
+			if v.Kind == KindNull {
+				continue
+			}
+			if _, ok := p.strOf(v, fp); ok {
+				keep(k, v)
+			}
+		case "ec_buffer_size":
+			if v.Kind != KindScalar || (v.Tag != "!!int" && v.Tag != "!!float" && !isNumber(v.Value)) {
+				p.errorf(v, fp, "want a number of bytes such as 1e9, got %s", describe(v))
+				continue
+			}
+			keep(k, v)
+		case "ec_rank":
+			if v.Kind == KindNull {
+				continue
+			}
+			if _, ok := p.nonNegIntOf(v, fp); ok {
+				keep(k, v)
+			}
+		case "ec_parallel_size":
+			if _, ok := p.boundedIntOf(v, fp, topology.MaxDevices); ok {
+				keep(k, v)
+			}
+		case "ec_port":
+			if _, ok := p.portOf(v, fp); ok {
+				keep(k, v)
+			}
+		default:
+			if s := closest(k.Value, ecKnownKeys); s != "" {
+				p.warnf(k, fp, "unknown key %q passed to the engine as it is; did you mean %q?", k.Value, s)
+			}
+			keep(k, v)
+		}
+	}
+	return ec
+}

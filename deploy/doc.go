@@ -3,8 +3,9 @@
 // replicas), strict loading that reports every mistake with file:line:column
 // and field path, base_config overlays, platform sections, migration of the
 // removed legacy stage_args: schema, the frozen model pipelines, PD expansion
-// of the Thinker into prefill and decode stages, and printing a resolved
-// config back as YAML or JSON.
+// of the Thinker into prefill and decode stages (and, with pd.encoder, an
+// encoder stage in front of them: E/P/D), and printing a resolved config
+// back as YAML or JSON.
 //
 // Loading is pure apart from reading the config files: it starts nothing and
 // contacts nothing. The resolved graph it hands on is a topology.Topology.

@@ -52,7 +52,11 @@ type Stage struct {
 	// omnipd does not start a stage that has them.
 	Endpoints []string
 	// KV is the stage's vLLM KVTransferConfig; nil when it has none.
-	KV               *KVConfig
+	KV *KVConfig
+	// EC is the stage's vLLM ECTransferConfig (encoder cache transfer);
+	// nil when it has none. Under E/P/D the encoder has one with ec_role
+	// ec_producer, the prefill one with ec_consumer, the decode none.
+	EC               *ECConfig
 	InputConnectors  []StageConnector
 	OutputConnectors []StageConnector
 	// DefaultSamplingParams, Env and EngineArgs are mappings kept as written.
@@ -114,6 +118,32 @@ func (kv *KVConfig) clone() *KVConfig {
 	return &c
 }
 
+// ECConfig is vLLM's ECTransferConfig as a stage's engine receives it
+// (vllm/config/ec_transfer.py).
+type ECConfig struct {
+	Connector string
+	Role      string
+	// EngineID is the config's engine_id; instances take their replica's
+	// engine id when this is empty (see ECTransferJSON in package launch).
+	EngineID string
+	// ExtraConfig is ec_connector_extra_config.
+	ExtraConfig *Node
+	// Other holds the remaining keys as written (ec_buffer_device, ec_ip,
+	// ec_port, ..., and keys this version of omnipd does not know); they
+	// are passed on.
+	Other *Node
+}
+
+func (ec *ECConfig) clone() *ECConfig {
+	if ec == nil {
+		return nil
+	}
+	c := *ec
+	c.ExtraConfig = ec.ExtraConfig.Clone()
+	c.Other = ec.Other.Clone()
+	return &c
+}
+
 // PDSettings is omnipd's pd: section, resolved.
 type PDSettings struct {
 	// Connector is the KV connector between prefill and decode.
@@ -128,6 +158,21 @@ type PDSettings struct {
 	// client gets the error) or "local" (the decode prefills itself;
 	// counted, logged and shown in the x-omnipd-pd-path header).
 	Fallback string
+	// ECConnector is the EC connector between the encoder and the prefill
+	// stage; empty when there is no encoder stage (see EncoderStage).
+	ECConnector string
+}
+
+// EncoderStage returns d's encoder stage (role topology.RoleEncoder), or
+// nil when the Thinker has none. A validated document has at most one; its
+// replicas are the encoder instances, and the prefill stage reads from it.
+func (d *Document) EncoderStage() *Stage {
+	for _, s := range d.Stages {
+		if s.Role == topology.RoleEncoder {
+			return s
+		}
+	}
+	return nil
 }
 
 // Topology returns the pure stage graph of d.
@@ -165,6 +210,10 @@ func (d *Document) Topology() *topology.Topology {
 				ts.KV.BufferSize = canonicalNumber(s.KV.BufferSize)
 			}
 		}
+		if s.EC != nil {
+			ts.EC = &topology.ECTransfer{Connector: s.EC.Connector, Role: s.EC.Role, EngineID: s.EC.EngineID}
+			ts.EC.Store, ts.EC.StoreField = ecStore(s.EC)
+		}
 		if len(s.InputConnectors) > 0 {
 			ts.InputConnectors = map[int]string{}
 			for _, c := range s.InputConnectors {
@@ -193,15 +242,15 @@ func (d *Document) StageAsyncChunk(s *Stage) bool {
 
 // StreamsConditioning is whether the Thinker's conditioning rows reach the
 // Talker as they are made: only when both ends of that edge — every Thinker
-// stage (prefill and decode under PD) and the Talker — run with async
-// chunking. A stage that opts out reads or writes its rows whole, so the
+// stage that makes rows (prefill and decode under PD; an encoder stage
+// makes none) and the Talker — run with async chunking. A stage that opts out reads or writes its rows whole, so the
 // edge falls back to the batch hand-off; the audio is the same either way.
 func (d *Document) StreamsConditioning() bool {
 	talker := false
 	for _, s := range d.Stages {
 		switch s.ModelStage {
 		case "thinker":
-			if !d.StageAsyncChunk(s) {
+			if s.Role != topology.RoleEncoder && !d.StageAsyncChunk(s) {
 				return false
 			}
 		case "talker":

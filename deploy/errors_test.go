@@ -1903,11 +1903,11 @@ func TestViolationCodesCovered(t *testing.T) {
 		t.Fatalf("found only %d codes in validate.go; has the file moved?", len(codes))
 	}
 	reached := map[string]bool{}
-	for _, c := range topologyCases {
+	for _, c := range slices.Concat(topologyCases, encoderTopologyCases) {
 		reached[c.code] = true
 	}
 	loaderNames := map[string]bool{}
-	for _, c := range loaderCases {
+	for _, c := range slices.Concat(loaderCases, encoderLoaderCases) {
 		loaderNames[c.name] = true
 	}
 	for _, code := range codes {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -10,7 +11,7 @@ import (
 const defaultPrefillRetries = 1
 
 var pdKnownKeys = []string{
-	"enabled", "connector", "devices", "prefill", "decode", "kv_buffer_device", "kv_buffer_size",
+	"enabled", "connector", "devices", "prefill", "decode", "encoder", "kv_buffer_device", "kv_buffer_size",
 	"kv_ip", "kv_port", "kv_connector_extra_config", "min_prefill_tokens", "prefill_retries", "fallback",
 }
 
@@ -35,6 +36,8 @@ type pdRequest struct {
 	fallback         string
 	// Where min_prefill_tokens and fallback were written, for errors.
 	minPrefillNode, fallbackNode *Node
+	// encoder is pd.encoder; nil when absent or disabled.
+	encoder *encoderRequest
 }
 
 type pdRole struct {
@@ -71,6 +74,8 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 				req.prefill = p.pdRoleOf(v, fp)
 			case "decode":
 				req.decode = p.pdRoleOf(v, fp)
+			case "encoder":
+				req.encoder = p.encoderOf(v, fp)
 			case "kv_buffer_device":
 				req.bufferDevice, _ = p.strOf(v, fp)
 			case "kv_buffer_size":
@@ -128,7 +133,13 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 			req.invalid = true
 		}
 	}
-	if !enabled || opts.Colocated {
+	if opts.Colocated {
+		return nil
+	}
+	if !enabled {
+		if req.encoder != nil {
+			p.errorf(req.encoder.node, "pd.encoder", "an encoder stage needs the prefill/decode split, which pd.enabled: false turns off: the encoder hands its outputs to the prefill stage; enable pd, or set pd.encoder.enabled: false")
+		}
 		return nil
 	}
 	return req
@@ -168,6 +179,18 @@ func (p *problems) pdRoleOf(n *Node, path string) pdRole {
 // expandPD splits the Thinker into a prefill and a decode stage, or, when
 // the config already has them, checks that the pd: section agrees.
 func expandPD(doc *Document, req *pdRequest, p *problems) {
+	if e := doc.EncoderStage(); e != nil && !slices.ContainsFunc(doc.Stages, func(s *Stage) bool {
+		return s.Role == topology.RolePrefill || s.Role == topology.RoleDecode
+	}) {
+		// omnipd splits a Thinker only as a whole; an encoder written
+		// beside an unsplit Thinker would be left feeding no prefill.
+		path := "pd"
+		if req.node == nil || req.node.Kind == KindNull {
+			path = "--pd"
+		}
+		p.errorf(req.node, path, "the stages have an encoder stage (stage %d) but no prefill or decode, and omnipd splits the Thinker only as a whole; drop the encoder stage and ask for it with pd.encoder, or write the prefill and decode stages too", e.ID)
+		return
+	}
 	if doc.Disaggregated() {
 		connector := pdConnectorOf(doc)
 		if req.connector != "" && connector != "" && req.connector != connector {
@@ -179,8 +202,9 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 				Msg: fmt.Sprintf("the stages are already disaggregated with %s; %s conflicts (edit the stages' kv_transfer_config instead)", connector, req.connector)})
 			return
 		}
-		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
+		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback, ECConnector: ecConnectorOf(doc)}
 		p.decodeOnly(connector, req)
+		p.encoderOnSplit(doc, req.encoder)
 		return
 	}
 	ti := slices.IndexFunc(doc.Stages, func(s *Stage) bool { return s.disaggregatable })
@@ -208,14 +232,29 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 		return
 	}
 
+	// With an encoder the Thinker becomes three stages (encoder T,
+	// prefill T+1, decode T+2), else two (prefill T, decode T+1); the
+	// stages after it move up as many ids.
+	enc := req.encoder
+	var ecSpec ecConnectorSpec
+	if enc != nil {
+		if ecSpec, ok = p.encoderECConnector(thinker, ti, enc, spec.name); !ok {
+			return
+		}
+	}
+	shift := 1
+	if enc != nil {
+		shift = 2
+	}
 	tid := thinker.ID
 	remap := func(id int) int {
 		if id > tid {
-			return id + 1
+			return id + shift
 		}
 		return id
 	}
 	prefill := cloneStage(thinker)
+	prefill.ID = tid + shift - 1
 	prefill.Role = topology.RolePrefill
 	prefill.FinalOutput, prefill.FinalOutputType = false, ""
 	prefill.InputSources = []int{}
@@ -225,8 +264,8 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 
 	decode := cloneStage(thinker)
 	decode.Role = topology.RoleDecode
-	decode.ID = tid + 1
-	decode.InputSources = []int{tid}
+	decode.ID = tid + shift
+	decode.InputSources = []int{prefill.ID}
 	decode.InputConnectors = nil
 	decode.NumReplicas = max(req.decode.replicas, 1)
 	for i := range decode.OutputConnectors {
@@ -269,6 +308,13 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 		downSize = max(downSize, s.TensorParallelSize*s.NumReplicas)
 	}
 	lreq := topology.LayoutRequest{TensorParallelSize: tp, PrefillReplicas: prefill.NumReplicas, DecodeReplicas: decode.NumReplicas, DownstreamSize: downSize}
+	var encoder *Stage
+	if enc != nil {
+		encoder = newEncoderStage(thinker, enc)
+		encoder.ID = tid
+		prefill.InputSources = []int{encoder.ID}
+		lreq.EncoderReplicas, lreq.EncoderDevices = encoder.NumReplicas, encoder.TensorParallelSize
+	}
 	pool := req.devices
 	if pool == nil {
 		var named []int
@@ -294,6 +340,9 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	if req.decode.devices != nil {
 		layout.Decode = chunk(req.decode.devices, tp)
 	}
+	if enc != nil && enc.devices != nil {
+		layout.Encoder = chunk(enc.devices, encoder.TensorParallelSize)
+	}
 
 	prefill.KV = injectKV(thinker.KV, spec, spec.producerRole, req)
 	decode.KV = injectKV(thinker.KV, spec, spec.consumerRole, req)
@@ -312,6 +361,15 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	}
 	prefill.KV.EngineID = thinker.ModelStage + "-prefill"
 	decode.KV.EngineID = thinker.ModelStage + "-decode"
+	if encoder != nil {
+		// The encoder's outputs go to the prefill alone: the decode
+		// rebuilds the request without running any encoder.
+		encoder.EC = injectEC(thinker.EC, ecSpec, encoderECRole, enc)
+		encoder.EC.EngineID = cmp.Or(enc.engineID, thinker.ModelStage+"-encoder")
+		prefill.EC = injectEC(thinker.EC, ecSpec, prefillECRole, enc)
+		decode.EC = nil
+		setEncoderReplicas(encoder, layout.Encoder)
+	}
 
 	prefillPort := firstNonZero(req.prefill.port, req.port, spec.basePort)
 	decodePort := 0
@@ -343,10 +401,13 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	}
 
 	stages := append([]*Stage{}, doc.Stages[:ti]...)
+	if encoder != nil {
+		stages = append(stages, encoder)
+	}
 	stages = append(stages, prefill, decode)
 	stages = append(stages, doc.Stages[ti+1:]...)
 	doc.Stages = stages
-	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback}
+	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback, ECConnector: ecSpec.name}
 	p.decodeOnly(spec.name, req)
 }
 

@@ -22,6 +22,17 @@ func noFiles(string) ([]byte, error) { return nil, os.ErrNotExist }
 var fuzzSeeds = []string{
 	validPDConfig,
 	valid3Config,
+	validEPDConfig,
+	`
+pd:
+  connector: MooncakeConnector
+  prefill: {num_replicas: 2}
+  encoder: {num_replicas: 2, tensor_parallel_size: 1, ec_connector_extra_config: {shared_storage_path: /x}, engine_args: {mm_encoder_only: true}}
+stages:
+  - stage_id: 0
+  - stage_id: 1
+  - stage_id: 2
+`,
 	multiMistake,
 	`
 pipeline: qwen3_omni_moe_thinker

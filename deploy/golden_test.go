@@ -44,6 +44,9 @@ func goldenCases() []goldenCase {
 		{name: "handwritten_kv_role", file: "testdata/expand/handwritten_kv_role.yaml"},
 		{name: "endpoints", file: "testdata/expand/endpoints.yaml"},
 		{name: "lmcache_pd", file: "testdata/expand/lmcache_pd.yaml"},
+		{name: "epd", file: "testdata/expand/epd.yaml"},
+		{name: "epd_2e_mooncake", file: "testdata/expand/epd_2e_mooncake.yaml"},
+		{name: "handwritten_epd", file: "testdata/expand/handwritten_epd.yaml"},
 	}
 	for _, c := range deploy.KVConnectors() {
 		cases = append(cases, goldenCase{

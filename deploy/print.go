@@ -58,6 +58,8 @@ func (s *Stage) node() *Node {
 		n.Set("is_prefill_only", newBool(true, at))
 	case topology.RoleDecode:
 		n.Set("is_decode_only", newBool(true, at))
+	case topology.RoleEncoder:
+		n.Set("is_encoder_only", newBool(true, at))
 	}
 	n.Set("input_sources", intSeq(s.InputSources))
 	n.Set("final_output", newBool(s.FinalOutput, at))
@@ -69,7 +71,7 @@ func (s *Stage) node() *Node {
 	n.Set("devices", newStr(topology.FormatDevices(s.Devices), at))
 	n.Set("tensor_parallel_size", newInt(s.TensorParallelSize, at))
 	n.Set("num_replicas", newInt(s.NumReplicas, at))
-	if s.KV != nil || s.NumReplicas > 1 || len(s.Endpoints) > 0 {
+	if s.KV != nil || s.EC != nil || s.NumReplicas > 1 || len(s.Endpoints) > 0 {
 		reps := newSeq(at)
 		for _, r := range s.Replicas {
 			rn := newMap(at)
@@ -91,6 +93,11 @@ func (s *Stage) node() *Node {
 		n.Set("kv_transfer_config", s.KV.node())
 	} else {
 		n.Set("kv_transfer_config", newNull(at))
+	}
+	// Written only where there is one, so that configs without an
+	// encoder stage print as they always have.
+	if s.EC != nil {
+		n.Set("ec_transfer_config", s.EC.node())
 	}
 	n.Set("input_connectors", connectorMap(s.InputConnectors, "from_stage_"))
 	n.Set("output_connectors", connectorMap(s.OutputConnectors, "to_stage_"))
@@ -145,6 +152,25 @@ func (kv *KVConfig) node() *Node {
 	return n
 }
 
+func (ec *ECConfig) node() *Node {
+	var at Pos
+	n := newMap(at)
+	n.Set("ec_connector", newStr(ec.Connector, at))
+	n.Set("ec_role", newStr(ec.Role, at))
+	if ec.EngineID != "" {
+		n.Set("engine_id", newStr(ec.EngineID, at))
+	}
+	if ec.ExtraConfig != nil {
+		n.Set("ec_connector_extra_config", ec.ExtraConfig.Clone())
+	}
+	if ec.Other != nil {
+		for i, k := range ec.Other.Keys {
+			n.Set(k.Value, ec.Other.Values[i].Clone())
+		}
+	}
+	return n
+}
+
 func intSeq(xs []int) *Node {
 	s := newSeq(Pos{})
 	for _, x := range xs {
@@ -178,6 +204,9 @@ func (d *Document) Summary() string {
 	fmt.Fprintf(&b, "pipeline %s: %d stage%s", d.Pipeline, len(d.Stages), plural)
 	if d.PD != nil {
 		fmt.Fprintf(&b, ", prefill/decode disaggregated over %s", d.PD.Connector)
+		if d.PD.ECConnector != "" {
+			fmt.Fprintf(&b, ", encoder over %s", d.PD.ECConnector)
+		}
 	}
 	if d.AsyncChunk {
 		b.WriteString(", async chunking on")
@@ -218,6 +247,19 @@ func (d *Document) Summary() string {
 				fmt.Fprintf(&b, " [%s]", strings.Join(ids, " "))
 			}
 		}
+		if s.EC != nil {
+			fmt.Fprintf(&b, "  ec %s %s", s.EC.Connector, s.EC.Role)
+			if s.KV == nil {
+				// The instances' engine ids, which the kv part names otherwise.
+				var ids []string
+				for _, r := range s.Replicas {
+					ids = append(ids, r.EngineID)
+				}
+				if len(ids) > 0 {
+					fmt.Fprintf(&b, " [%s]", strings.Join(ids, " "))
+				}
+			}
+		}
 		if len(s.Endpoints) > 0 {
 			fmt.Fprintf(&b, "  endpoints %s", strings.Join(s.Endpoints, " "))
 		}
@@ -236,7 +278,7 @@ func (d *Document) writeStreamedEdges(b *strings.Builder) {
 	var thinkers []string
 	maker := "the Thinker"
 	for _, s := range d.Stages {
-		if s.ModelStage == "thinker" {
+		if s.ModelStage == "thinker" && s.Role != topology.RoleEncoder {
 			thinkers = append(thinkers, fmt.Sprintf("[%d]", s.ID))
 			if s.Role == topology.RoleDecode {
 				maker = "the decode"

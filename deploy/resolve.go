@@ -14,11 +14,17 @@ var topKnownKeys = []string{"pipeline", "async_chunk", "connectors", "stages", "
 
 // Stage keys omnipd interprets. Any other stage key is an engine argument.
 var stageKnownKeys = []string{
-	"stage_id", "model_stage", "is_prefill_only", "is_decode_only", "input_sources",
+	"stage_id", "model_stage", "is_prefill_only", "is_decode_only", "is_encoder_only", "input_sources",
 	"engine_input_source", "final_output", "final_output_type", "devices", "tensor_parallel_size",
-	"num_replicas", "replicas", "endpoints", "kv_transfer_config", "input_connectors",
+	"num_replicas", "replicas", "endpoints", "kv_transfer_config", "ec_transfer_config", "input_connectors",
 	"output_connectors", "default_sampling_params", "env", "async_chunk", "engine_args", "runtime",
 }
+
+// engineArgsNearStageKeys are vLLM engine arguments spelled within two
+// edits of a stage key, which get no "did you mean" warning:
+// mm_encoder_only (vLLM's --mm-encoder-only, which an encoder instance may
+// take) is not a misspelt is_encoder_only.
+var engineArgsNearStageKeys = []string{"mm_encoder_only"}
 
 // rawStage is a stage as written, before the pipeline fills it in.
 type rawStage struct {
@@ -29,6 +35,7 @@ type rawStage struct {
 	modelStage   string
 	prefillOnly  bool
 	decodeOnly   bool
+	encoderOnly  bool
 	inputSources []int
 	hasInputs    bool
 	finalOutput  *bool
@@ -41,6 +48,7 @@ type rawStage struct {
 	hasReplicas  bool
 	endpoints    []string
 	kv           *KVConfig
+	ec           *ECConfig
 	inConns      []StageConnector
 	outConns     []StageConnector
 	sampling     *Node
@@ -139,7 +147,7 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 			p.errorf(stagesNode, "stages", "the Thinker is already split into prefill and decode stages, so it cannot be served colocated; serve a config with one Thinker stage")
 			return nil
 		}
-		doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries}
+		doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries, ECConnector: ecConnectorOf(doc)}
 	}
 	p.validate(doc)
 	return doc
@@ -160,6 +168,14 @@ func pdConnectorOf(d *Document) string {
 		if s.Role == topology.RolePrefill && s.KV != nil {
 			return s.KV.Connector
 		}
+	}
+	return ""
+}
+
+// ecConnectorOf is the EC connector of d's encoder stage; "" without one.
+func ecConnectorOf(d *Document) string {
+	if e := d.EncoderStage(); e != nil && e.EC != nil {
+		return e.EC.Connector
 	}
 	return ""
 }
@@ -240,6 +256,8 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 			r.prefillOnly, _ = p.boolOf(v, fp)
 		case "is_decode_only":
 			r.decodeOnly, _ = p.boolOf(v, fp)
+		case "is_encoder_only":
+			r.encoderOnly, _ = p.boolOf(v, fp)
 		case "input_sources", "engine_input_source":
 			r.inputSources, _ = p.intListOf(v, fp)
 			r.hasInputs = true
@@ -266,6 +284,8 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 			r.endpoints, _ = p.stringListOf(v, fp)
 		case "kv_transfer_config":
 			r.kv = p.kvConfigOf(v, fp)
+		case "ec_transfer_config":
+			r.ec = p.ecConfigOf(v, fp)
 		case "input_connectors":
 			r.inConns = p.stageConnectorsOf(v, fp, "from_stage_")
 		case "output_connectors":
@@ -288,7 +308,7 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 				r.asyncChunk = &b
 			}
 		default:
-			if s := closest(k.Value, stageKnownKeys); s != "" {
+			if s := closest(k.Value, stageKnownKeys); s != "" && !slices.Contains(engineArgsNearStageKeys, k.Value) {
 				p.warnf(k, fp, "unknown key %q is passed to the engine as an argument; did you mean %q?", k.Value, s)
 			}
 			r.engineArgs.Set(k.Value, v.Clone())
@@ -296,6 +316,13 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 	}
 	if r.prefillOnly && r.decodeOnly {
 		p.errorf(n.Get("is_decode_only"), path+".is_decode_only", "a stage cannot be both is_prefill_only and is_decode_only")
+	}
+	if r.encoderOnly && (r.prefillOnly || r.decodeOnly) {
+		other := "is_prefill_only"
+		if r.decodeOnly {
+			other = "is_decode_only"
+		}
+		p.errorf(flat.Get("is_encoder_only"), path+".is_encoder_only", "a stage cannot be both is_encoder_only and %s: the encoder is a stage of its own, in front of the prefill", other)
 	}
 	return r
 }
@@ -352,11 +379,13 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			thinker = ps.ModelStage
 		}
 	}
-	// A stage that says it is a prefill or decode, or carries a producer or
-	// consumer KV role, is a copy of the Thinker.
+	// A stage that says it is a prefill, decode or encoder, or carries a
+	// producer or consumer KV role or a producer EC role, is a copy of the
+	// Thinker.
 	pdMarked := func(r *rawStage) bool {
-		return r.prefillOnly || r.decodeOnly ||
-			(r.kv != nil && (r.kv.Role == topology.KVProducer || r.kv.Role == topology.KVConsumer))
+		return r.prefillOnly || r.decodeOnly || r.encoderOnly ||
+			(r.kv != nil && (r.kv.Role == topology.KVProducer || r.kv.Role == topology.KVConsumer)) ||
+			(r.ec != nil && r.ec.Role == topology.ECProducer)
 	}
 	var thinkerIDs []int
 	for _, r := range raws {
@@ -432,17 +461,33 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 	// Thinker appears twice, the KV roles say which copy is which.
 	roles := map[*rawStage]topology.Role{}
 	guessed := map[*rawStage]bool{} // roles inferred after reporting a mistake
-	var copies []*rawStage
+	var all []*rawStage
 	for _, r := range raws {
 		switch {
 		case r.prefillOnly && r.decodeOnly:
 			// Reported when read; the stage stays as written otherwise.
 		case r.prefillOnly:
+			// is_encoder_only beside it is reported when read; the
+			// prefill/decode flag says which copy of the pair this is.
 			roles[r] = topology.RolePrefill
 		case r.decodeOnly:
 			roles[r] = topology.RoleDecode
+		case r.encoderOnly:
+			roles[r] = topology.RoleEncoder
 		}
 		if r.modelStage == thinker {
+			all = append(all, r)
+		}
+	}
+	// A further copy of the Thinker that only produces encoder outputs (an
+	// ec_producer without KV) is its encoder stage; the prefill/decode
+	// pair is found among the others.
+	var copies []*rawStage
+	for _, r := range all {
+		if _, ok := roles[r]; !ok && len(all) > 1 && r.kv == nil && r.ec != nil && r.ec.Role == topology.ECProducer {
+			roles[r] = topology.RoleEncoder
+		}
+		if roles[r] != topology.RoleEncoder {
 			copies = append(copies, r)
 		}
 	}
@@ -500,11 +545,17 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 	// Where each pipeline stage's output now comes from: the Thinker's from
 	// its decode copy when disaggregated.
 	idOf := map[string]int{}
-	var prefillID = -1
+	prefillID, encoderID := -1, -1
 	for _, r := range raws {
 		switch roles[r] {
 		case topology.RolePrefill:
 			prefillID = r.id
+		case topology.RoleEncoder:
+			// Only the Thinker's encoder feeds its prefill; the role on
+			// another stage is a mistake validation reports.
+			if r.modelStage == thinker {
+				encoderID = r.id
+			}
 		default:
 			if _, taken := idOf[r.modelStage]; !taken || roles[r] == topology.RoleDecode {
 				idOf[r.modelStage] = r.id
@@ -524,6 +575,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			FinalOutput:      ps.FinalOutput,
 			FinalOutputType:  ps.FinalOutputType,
 			KV:               r.kv,
+			EC:               r.ec,
 			InputConnectors:  r.inConns,
 			OutputConnectors: r.outConns,
 			Env:              r.env,
@@ -537,6 +589,11 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		case r.hasInputs:
 			s.InputSources = r.inputSources
 		case s.Role == topology.RolePrefill:
+			s.InputSources = []int{}
+			if encoderID >= 0 {
+				s.InputSources = []int{encoderID}
+			}
+		case s.Role == topology.RoleEncoder:
 			s.InputSources = []int{}
 		case s.Role == topology.RoleDecode:
 			s.InputSources = []int{}
@@ -553,7 +610,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 				}
 			}
 		}
-		if s.Role == topology.RolePrefill {
+		if s.Role == topology.RolePrefill || s.Role == topology.RoleEncoder {
 			s.FinalOutput, s.FinalOutputType = false, ""
 		}
 		if r.finalOutput != nil {
@@ -587,6 +644,9 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		}
 		if s.KV != nil && s.KV.EngineID == "" && s.Role != topology.RoleFull {
 			s.KV.EngineID = s.ModelStage + "-" + s.Role.String()
+		}
+		if s.EC != nil && s.EC.EngineID == "" && s.Role == topology.RoleEncoder {
+			s.EC.EngineID = s.ModelStage + "-" + s.Role.String()
 		}
 		p.resolveReplicas(s, r)
 		out = append(out, s)
@@ -632,8 +692,8 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 			case len(r.devices) > 0:
 				rep.Devices = slices.Clone(r.devices)
 			}
-			if s.KV != nil && s.KV.EngineID != "" {
-				rep.EngineID = s.KV.EngineID
+			if id := replicaEngineIDBase(s); id != "" {
+				rep.EngineID = id
 				if s.NumReplicas > 1 {
 					rep.EngineID += "-" + strconv.Itoa(i)
 				}
@@ -666,6 +726,18 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 		// with its replicas is reported rather than resolved silently.
 		s.Devices = r.devices
 	}
+}
+
+// replicaEngineIDBase is the engine id a stage's derived replicas are
+// named from: its KV engine id, or an encoder's EC engine id.
+func replicaEngineIDBase(s *Stage) string {
+	switch {
+	case s.KV != nil:
+		return s.KV.EngineID
+	case s.EC != nil && s.Role == topology.RoleEncoder:
+		return s.EC.EngineID
+	}
+	return ""
 }
 
 func unionDevices(reps []topology.Replica) []int {

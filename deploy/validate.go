@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/omnipd/omnipd/topology"
@@ -27,6 +29,34 @@ func (p *problems) validate(doc *Document) {
 		p.errs = append(p.errs, e)
 	}
 	p.moriioReadModes(doc)
+	p.encoderEngineFlags(doc)
+}
+
+// encoderEngineFlags warns about a vLLM encoder stage without the engine
+// arguments vLLM's disaggregated-encoder README calls required for an
+// encoder instance (--enforce-eager, --no-enable-prefix-caching). Encoder
+// expansion sets both; a stage written by hand may not.
+func (p *problems) encoderEngineFlags(doc *Document) {
+	e := doc.EncoderStage()
+	if e == nil || e.EC == nil || !IsVLLMECConnector(e.EC.Connector) {
+		return
+	}
+	i := slices.Index(doc.Stages, e)
+	for _, want := range []struct {
+		key   string
+		value bool
+		why   string
+	}{
+		{"enforce_eager", true, "vLLM's encoder disaggregation supports only encoder instances in eager mode"},
+		{"enable_prefix_caching", false, "an encoder instance keeps no KV cache"},
+	} {
+		v := e.EngineArgs.Get(want.key)
+		if v != nil && v.Kind == KindScalar && v.Tag == "!!bool" && strings.EqualFold(v.Value, strconv.FormatBool(want.value)) {
+			continue
+		}
+		at := locate(e.src, want.key)
+		p.warnf(at, fmt.Sprintf("stages[%d].%s", i, want.key), "an encoder instance needs %s: %t (%s)", want.key, want.value, want.why)
+	}
 }
 
 // fieldAliases map a resolved field to where the user wrote its source when
@@ -35,10 +65,14 @@ var fieldAliases = map[string][]string{
 	"replicas":        {"devices", "num_replicas"},
 	"num_replicas":    {"replicas"},
 	"input_sources":   {"engine_input_source"},
-	"engine_id":       {"kv_transfer_config.engine_id", "kv_transfer_config"},
+	"engine_id":       {"kv_transfer_config.engine_id", "kv_transfer_config", "ec_transfer_config.engine_id", "ec_transfer_config"},
 	"kv_port":         {"kv_transfer_config.kv_port", "kv_transfer_config.kv_connector_extra_config", "kv_transfer_config"},
 	"is_prefill_only": {"kv_transfer_config.kv_role"},
 	"is_decode_only":  {"kv_transfer_config.kv_role"},
+	"is_encoder_only": {"ec_transfer_config.ec_role"},
+	// A missing ec_transfer_config is reported where the stage says what
+	// it is.
+	"ec_transfer_config": {"is_encoder_only", "is_prefill_only", "kv_transfer_config.kv_role"},
 }
 
 func violationError(doc *Document, v topology.Violation) Error {

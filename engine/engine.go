@@ -373,6 +373,10 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	return s.events, nil
 }
 
+// Simulation is the latency profile the engine keeps the pace of, nil
+// unless in simulate mode.
+func (e *Engine) Simulation() *simulate.Profile { return e.cfg.Simulate }
+
 // Close stops the engine; Run returns after aborting every request.
 func (e *Engine) Close() { e.once.Do(func() { close(e.done) }) }
 

@@ -60,6 +60,10 @@ type engineRole struct {
 	kvPort int
 	// host is the Service's DNS name, url its base URL.
 	host, url string
+	// ecStore is the directory the role's EC connector shares with the
+	// other end (ECExampleConnector's shared_storage_path), which its pods
+	// mount from the EC cache claim; "" when it shares none.
+	ecStore   string
 	container corev1.Container
 }
 
@@ -119,7 +123,17 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 		if r.kvPort == EnginePort {
 			return nil, fmt.Errorf("%w: stage %d: KV port %d is the engines' HTTP port; choose another kv_port", ErrNotRenderable, s.ID, r.kvPort)
 		}
+	} else if s.EC != nil {
+		// An encoder: every pod answers to the stage's EC engine id, as
+		// the omnipd config names it (an encoder's outputs are found by
+		// content hash, not by the engine that made them).
+		r.engineID = s.EC.EngineID
+		if r.engineID == "" {
+			r.engineID = first.EngineID
+		}
+		tmpl.EngineID = r.engineID
 	}
+	r.ecStore, _ = deploy.ECSharedStorage(s)
 	cmd, err := launch.VLLMInstance(s, 0, tmpl, EnginePort, launch.VLLMOptions{
 		Model:           opts.Model,
 		Host:            "0.0.0.0",
@@ -186,8 +200,15 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 		LivenessProbe:  &corev1.Probe{ProbeHandler: health, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 6},
 		VolumeMounts:   []corev1.VolumeMount{{Name: "dshm", MountPath: "/dev/shm"}},
 	}
+	if r.ecStore != "" {
+		r.container.VolumeMounts = append(r.container.VolumeMounts, corev1.VolumeMount{Name: ecCacheVolume, MountPath: r.ecStore})
+	}
 	return r, nil
 }
+
+// ecCacheVolume is the volume of the EC cache claim in encoder and prefill
+// pods.
+const ecCacheVolume = "ec-cache"
 
 // Keys of the Secret SecretName names. Each is optional, and so is the
 // Secret: pods start without them, and the variable they would set is
@@ -251,18 +272,37 @@ func (r *engineRole) labels(o Options) map[string]string {
 }
 
 func (r *engineRole) podTemplate(o Options) corev1.PodTemplateSpec {
+	// Tensor parallel workers share tensors through /dev/shm, which a
+	// container otherwise gets 64 MiB of.
+	volumes := []corev1.Volume{{
+		Name:         "dshm",
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}},
+	}}
+	if r.ecStore != "" {
+		// The encoder pods write each media item's outputs where the
+		// prefill pods read them, and the two may run on different nodes:
+		// one claim, ReadWriteMany, which the operator provides.
+		volumes = append(volumes, corev1.Volume{
+			Name:         ecCacheVolume,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ECCacheClaim(o)}},
+		})
+	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: r.labels(o)},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{r.container},
-			// Tensor parallel workers share tensors through /dev/shm, which
-			// a container otherwise gets 64 MiB of.
-			Volumes: []corev1.Volume{{
-				Name:         "dshm",
-				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}},
-			}},
+			Volumes:    volumes,
 		},
 	}
+}
+
+// ECCacheClaim is the PersistentVolumeClaim that encoder and prefill pods
+// mount at their EC connector's shared directory (ECExampleConnector's
+// shared_storage_path): <prefix>-ec-cache. omnipd renders no claim: the
+// storage class that gives ReadWriteMany volumes is the cluster's.
+func ECCacheClaim(o Options) string {
+	o, _ = o.withDefaults()
+	return o.NamePrefix + "-ec-cache"
 }
 
 func (r *engineRole) replicas() *int32 {
@@ -305,7 +345,8 @@ func (r *engineRole) deployment(o Options) *appsv1.Deployment {
 }
 
 // disaggregatedSet runs the roles as one DisaggregatedSet, a role each,
-// named after the Thinker's stage roles ("prefill", "decode"). Each role is
+// named after the Thinker's stage roles ("encoder" when there is one,
+// "prefill", "decode"; a DisaggregatedSet takes 2 to 10 roles). Each role is
 // a LeaderWorkerSet of single-pod groups (tensor parallelism stays within a
 // pod). Nothing here relies on the LWS webhook's defaults: the rollout
 // strategy and startup policy are set explicitly.

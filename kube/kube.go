@@ -1,7 +1,8 @@
 // Package kube renders a deploy config's text (thinker-only) topology as
 // Kubernetes objects: the vllm serve engines of the Thinker's prefill and
-// decode roles (one LWS DisaggregatedSet with a role each, or a Deployment
-// per role), a ClusterIP Service per role, and the omnipd orchestrator (a
+// decode roles, and of its encoder role under E/P/D (one LWS
+// DisaggregatedSet with a role each, or a Deployment per role), a
+// ClusterIP Service per role, and the omnipd orchestrator (a
 // Deployment, its Service, and a ConfigMap holding the omnipd deploy config
 // whose stage endpoints are the role Services). The engines get the same
 // vllm serve arguments and environment that omnipd plan --target vllm gives
@@ -193,6 +194,12 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 		}
 		if why, ok := serviceAddressed[s.KV.Connector]; ok {
 			notes = append(notes, fmt.Sprintf("stage %d: %d %s pods behind one Service: %s", s.ID, s.NumReplicas, s.Role, why))
+		}
+	}
+	for _, s := range doc.Stages {
+		if dir, ok := deploy.ECSharedStorage(s); ok && s.Role == topology.RoleEncoder {
+			notes = append(notes, fmt.Sprintf("stage %d: the encoder and prefill pods share the encoder outputs through %s at %s (shared_storage_path): they mount PersistentVolumeClaim %s there, which you provide (ReadWriteMany: the pods may run on different nodes)",
+				s.ID, s.EC.Connector, dir, ECCacheClaim(opts)))
 		}
 	}
 	return notes, nil

@@ -46,6 +46,13 @@ func goldenCases() []goldenCase {
 	}
 	return append(cases,
 		goldenCase{name: "xpyd_nixl", path: "testdata/configs/xpyd_nixl.yaml"},
+		goldenCase{name: "thinking_epd_nixl", path: "testdata/configs/thinking_epd_nixl.yaml"},
+		goldenCase{name: "thinking_2e2p1d_mooncake", path: "testdata/configs/thinking_2e2p1d_mooncake.yaml"},
+		goldenCase{
+			name: "thinking_epd_nixl_deployment",
+			path: "testdata/configs/thinking_epd_nixl.yaml",
+			opts: kube.Options{Workload: kube.WorkloadDeployment, NamePrefix: "epd"},
+		},
 		goldenCase{name: "xpyd_mooncake", path: "testdata/configs/xpyd_nixl.yaml", load: deploy.Options{Connector: "MooncakeConnector"}},
 		goldenCase{
 			name: "thinking_pd_nixl_deployment",
@@ -337,6 +344,9 @@ func checkEngine(t *testing.T, stage, cfgStage *deploy.Stage, pod corev1.PodTemp
 		case "--kv-transfer-config":
 			checkKVConfig(t, stage, cfgStage, got[i], want[i])
 			want[i] = got[i]
+		case "--ec-transfer-config":
+			checkECConfig(t, stage, cfgStage, got[i], want[i])
+			want[i] = got[i]
 		}
 	}
 	if !slices.Equal(got, want) {
@@ -419,6 +429,33 @@ func checkKVConfig(t *testing.T, stage, cfgStage *deploy.Stage, got, want string
 	wb, _ := json.Marshal(w)
 	if !bytes.Equal(gb, wb) {
 		t.Errorf("stage %d: --kv-transfer-config %s, want %s", stage.ID, gb, wb)
+	}
+}
+
+// checkECConfig: the ec_transfer_config is the plan's but for the engine id:
+// an encoder pod answers to the stage's, as the omnipd config names it; a
+// prefill pod to its KV engine id (the pod's name for NIXL).
+func checkECConfig(t *testing.T, stage, cfgStage *deploy.Stage, got, want string) {
+	t.Helper()
+	var g, w map[string]any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("stage %d: --ec-transfer-config %s: %v", stage.ID, got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	wantID := cfgStage.Replicas[0].EngineID
+	if stage.KV != nil && stage.KV.Connector == "NixlConnector" {
+		wantID = "$(POD_NAME)"
+	}
+	if g["engine_id"] != wantID {
+		t.Errorf("stage %d: ec engine_id %v, want %q", stage.ID, g["engine_id"], wantID)
+	}
+	w["engine_id"] = g["engine_id"]
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	if !bytes.Equal(gb, wb) {
+		t.Errorf("stage %d: --ec-transfer-config %s, want %s", stage.ID, gb, wb)
 	}
 }
 

@@ -55,11 +55,12 @@ func (o VLLMOptions) withDefaults() VLLMOptions {
 // VLLMCommand is one vllm serve instance of a Thinker stage.
 type VLLMCommand struct {
 	Stage   int    // stage id
-	Role    string // "prefill", "decode" or "full"
+	Role    string // "prefill", "decode", "encoder" or "full"
 	Replica int
 	// Name identifies the instance, e.g. "thinker-prefill-0".
 	Name string
-	// Argv is the command line: vllm serve MODEL --port ... --kv-transfer-config JSON ...
+	// Argv is the command line: vllm serve MODEL --port ...
+	// [--ec-transfer-config JSON] [--kv-transfer-config JSON] ...
 	Argv []string
 	// Env is sorted KEY=VALUE: CUDA_VISIBLE_DEVICES, the connector's
 	// variables and the stage's env.
@@ -106,6 +107,15 @@ var plannedArgs = map[string]bool{
 	"tensor_parallel_size": true,
 	"data_parallel_size":   true,
 	"kv_transfer_config":   true,
+	"ec_transfer_config":   true,
+}
+
+// negatableArgs are boolean engine arguments whose false vllm serve takes
+// as a --no- flag, where vLLM's default is true: leaving a false to the
+// default would turn the feature on. (vLLM's disaggregated-encoder
+// examples start the encoder with --no-enable-prefix-caching.)
+var negatableArgs = map[string]bool{
+	"enable_prefix_caching": true,
 }
 
 // ErrNeedsThinkerConditioning is returned for pipelines whose later stages
@@ -146,6 +156,9 @@ func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
 			return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1 or MoRIIOConnector), or run reference workers with omnipd serve",
 				s.ID, s.KV.Connector)
 		}
+		if err := checkECConnector(s); err != nil {
+			return nil, err
+		}
 		args, notes := engineFlags(s)
 		plan.Notes = append(plan.Notes, notes...)
 		planned[si] = make([]string, len(s.Replicas))
@@ -166,6 +179,7 @@ func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
 			port++
 		}
 	}
+	plan.Notes = append(plan.Notes, ecNotes(doc)...)
 	if len(plan.Commands) == 0 {
 		plan.Notes = append(plan.Notes, "every Thinker replica already has an endpoint; nothing to start")
 	}
@@ -216,6 +230,13 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 		// other --data-parallel-* flag, and each rank adds its DP index to
 		// VLLM_NIXL_SIDE_CHANNEL_PORT itself.
 		cmd.Argv = append(cmd.Argv, "--data-parallel-size", strconv.Itoa(s.DataParallelSize))
+	}
+	if s.EC != nil {
+		ec, err := ECTransferJSON(s, r)
+		if err != nil {
+			return VLLMCommand{}, fmt.Errorf("stage %d: ec_transfer_config: %w", s.ID, err)
+		}
+		cmd.Argv = append(cmd.Argv, "--ec-transfer-config", ec)
 	}
 	if s.KV != nil {
 		kv, err := kvTransferJSON(s, r, port)
@@ -381,9 +402,12 @@ func engineFlags(s *deploy.Stage) (args, notes []string) {
 			// Unset: vLLM's default applies.
 		case deploy.KindScalar:
 			if v.Tag == "!!bool" {
-				if b, _ := strconv.ParseBool(strings.ToLower(v.Value)); b {
+				switch b, _ := strconv.ParseBool(strings.ToLower(v.Value)); {
+				case b:
 					args = append(args, flag)
-				} else {
+				case negatableArgs[key]:
+					args = append(args, "--no-"+strings.TrimPrefix(flag, "--"))
+				default:
 					falses = append(falses, key)
 				}
 				continue

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/vllm")
@@ -79,6 +81,15 @@ func TestPlanVLLMGolden(t *testing.T) {
 		},
 	})
 
+	for _, name := range []string{"thinking_epd_nixl", "thinking_2e2p1d_mooncake"} {
+		cases = append(cases, planCase{
+			name: name,
+			doc: func(t *testing.T) *deploy.Document {
+				return loadFile(t, filepath.Join("testdata", name+".yaml"), deploy.Options{})
+			},
+		})
+	}
+
 	cases = append(cases, planCase{
 		name: "dp_nixl",
 		doc: func(t *testing.T) *deploy.Document {
@@ -115,14 +126,22 @@ func TestPlanVLLMGolden(t *testing.T) {
 	}
 }
 
-// checkConfig checks that the plan's config loads and that each Thinker
-// replica in it names its planned instance, and that each instance's
-// devices and engine id are its replica's.
+// checkConfig checks that the plan's config loads and validates (it is
+// what omnipd serve is started with), that each Thinker replica in it
+// names its planned instance, and that each instance gets the transfer
+// configs of its role: an encoder only --ec-transfer-config, a prefill
+// both when there is an encoder, a decode only --kv-transfer-config.
 func checkConfig(t *testing.T, doc *deploy.Document, plan *launch.VLLMPlan) {
 	t.Helper()
-	cfg, _, err := deploy.Load("plan.yaml", plan.Config, deploy.Options{})
+	cfg, warnings, err := deploy.Load("plan.yaml", plan.Config, deploy.Options{})
 	if err != nil {
 		t.Fatalf("the plan's config does not load: %v\n%s", err, plan.Config)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("the plan's config loads with warnings: %v", warnings)
+	}
+	if v := topology.Validate(cfg.Topology()); len(v) > 0 {
+		t.Fatalf("the plan's config has violations: %v", v)
 	}
 	urls := map[[2]int]string{}
 	for _, c := range plan.Commands {
@@ -151,12 +170,15 @@ func checkConfig(t *testing.T, doc *deploy.Document, plan *launch.VLLMPlan) {
 	if len(cfg.Stages) != len(doc.Stages) {
 		t.Errorf("config has %d stages, the document %d", len(cfg.Stages), len(doc.Stages))
 	}
+	encoder := doc.EncoderStage() != nil
 	for _, c := range plan.Commands {
 		if c.Argv[0] != "vllm" || c.Argv[1] != "serve" {
 			t.Errorf("%s: argv %q does not start with vllm serve", c.Name, c.Argv)
 		}
-		if !strings.Contains(strings.Join(c.Argv, " "), "--kv-transfer-config") {
-			t.Errorf("%s: no --kv-transfer-config", c.Name)
+		kv, ec := slices.Index(c.Argv, "--kv-transfer-config"), slices.Index(c.Argv, "--ec-transfer-config")
+		wantKV, wantEC := c.Role != "encoder", c.Role == "encoder" || c.Role == "prefill" && encoder
+		if (kv >= 0) != wantKV || (ec >= 0) != wantEC {
+			t.Errorf("%s (%s): --kv-transfer-config %v, --ec-transfer-config %v; want %v, %v", c.Name, c.Role, kv >= 0, ec >= 0, wantKV, wantEC)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 // Layout is the device plan for a disaggregated Thinker plus its downstream stages.
 type Layout struct {
+	Encoder    [][]int // one device set per encoder replica; nil without an encoder stage
 	Prefill    [][]int // one device set per prefill replica
 	Decode     [][]int // one device set per decode replica
 	Downstream []int   // the set shared by the downstream stages (Talker and Code2Wav); nil when DownstreamSize == 0
@@ -20,19 +21,33 @@ type LayoutRequest struct {
 	PrefillReplicas    int
 	DecodeReplicas     int
 	DownstreamSize     int // devices the downstream stages share; 0 when the pipeline is thinker-only
+	// EncoderReplicas is the number of encoder instances (E/P/D); 0 for
+	// none. Each takes EncoderDevices devices, TensorParallelSize when 0.
+	EncoderReplicas int
+	EncoderDevices  int
+}
+
+// encoderDevices is how many devices one encoder instance takes.
+func (r LayoutRequest) encoderDevices() int {
+	if r.EncoderDevices > 0 {
+		return r.EncoderDevices
+	}
+	return r.TensorParallelSize
 }
 
 // Needed returns the number of devices req uses. It is only meaningful for
 // a request AllocatePD would accept.
 func (r LayoutRequest) Needed() int {
-	return r.TensorParallelSize*(r.PrefillReplicas+r.DecodeReplicas) + r.DownstreamSize
+	return r.encoderDevices()*r.EncoderReplicas + r.TensorParallelSize*(r.PrefillReplicas+r.DecodeReplicas) + r.DownstreamSize
 }
 
-// AllocatePD places prefill replicas first, then decode replicas, then the
-// downstream set, taking devices from pool in order. Taking them in order
-// keeps the plan predictable: the basic TP=1 layout is prefill 0, decode 1,
-// Talker and Code2Wav 2, as vllm-omni documents it, and prefill and decode
-// get disjoint devices as Validate requires.
+// AllocatePD places encoder replicas first (when there are any), then
+// prefill replicas, then decode replicas, then the downstream set, taking
+// devices from pool in order. Taking them in order keeps the plan
+// predictable: the basic TP=1 layout is prefill 0, decode 1, Talker and
+// Code2Wav 2, as vllm-omni documents it (with one encoder: encoder 0,
+// prefill 1, decode 2, Talker and Code2Wav 3), and the Thinker's roles get
+// disjoint devices as Validate requires.
 //
 // The returned sets never alias pool.
 func AllocatePD(pool []int, req LayoutRequest) (Layout, error) {
@@ -45,6 +60,10 @@ func AllocatePD(pool []int, req LayoutRequest) (Layout, error) {
 		return Layout{}, fmt.Errorf("decode replicas %d is below 1", req.DecodeReplicas)
 	case req.DownstreamSize < 0:
 		return Layout{}, fmt.Errorf("downstream size %d is negative", req.DownstreamSize)
+	case req.EncoderReplicas < 0:
+		return Layout{}, fmt.Errorf("encoder replicas %d is negative", req.EncoderReplicas)
+	case req.EncoderDevices < 0:
+		return Layout{}, fmt.Errorf("encoder devices %d is negative", req.EncoderDevices)
 	}
 	if err := checkPool(pool); err != nil {
 		return Layout{}, err
@@ -58,6 +77,9 @@ func AllocatePD(pool []int, req LayoutRequest) (Layout, error) {
 		set := slices.Clone(pool[next : next+k])
 		next += k
 		return set
+	}
+	for range req.EncoderReplicas {
+		l.Encoder = append(l.Encoder, take(req.encoderDevices()))
 	}
 	for range req.PrefillReplicas {
 		l.Prefill = append(l.Prefill, take(req.TensorParallelSize))
@@ -86,7 +108,14 @@ func (r LayoutRequest) neededChecked() (n int, ok bool) {
 	if thinker > math.MaxInt-r.DownstreamSize {
 		return 0, false
 	}
-	return thinker + r.DownstreamSize, true
+	n = thinker + r.DownstreamSize
+	if e := r.encoderDevices(); r.EncoderReplicas > 0 {
+		if e > math.MaxInt/r.EncoderReplicas || e*r.EncoderReplicas > math.MaxInt-n {
+			return 0, false
+		}
+		n += e * r.EncoderReplicas
+	}
+	return n, true
 }
 
 func tooFew(pool []int, req LayoutRequest) error {
@@ -94,7 +123,11 @@ func tooFew(pool []int, req LayoutRequest) error {
 	if n, ok := req.neededChecked(); ok {
 		count = fmt.Sprintf("%d devices", n)
 	}
-	need := fmt.Sprintf("need %s (prefill %dx%d, decode %dx%d", count,
+	need := fmt.Sprintf("need %s (", count)
+	if req.EncoderReplicas > 0 {
+		need += fmt.Sprintf("encoder %dx%d, ", req.EncoderReplicas, req.encoderDevices())
+	}
+	need += fmt.Sprintf("prefill %dx%d, decode %dx%d",
 		req.PrefillReplicas, req.TensorParallelSize, req.DecodeReplicas, req.TensorParallelSize)
 	if req.DownstreamSize > 0 {
 		need += fmt.Sprintf(", downstream %d", req.DownstreamSize)

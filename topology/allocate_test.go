@@ -21,6 +21,10 @@ func TestAllocatePD(t *testing.T) {
 			Layout{Prefill: [][]int{{0}, {1}}, Decode: [][]int{{2}}, Downstream: []int{3}}},
 		{"thinker only", []int{0, 1}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1},
 			Layout{Prefill: [][]int{{0}}, Decode: [][]int{{1}}}},
+		{"1E1P1D tp1: the encoder first", []int{0, 1, 2, 3}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 1},
+			Layout{Encoder: [][]int{{0}}, Prefill: [][]int{{1}}, Decode: [][]int{{2}}, Downstream: []int{3}}},
+		{"2E1P1D, encoders tp1 beside a tp2 thinker", []int{0, 1, 2, 3, 4, 5, 6}, LayoutRequest{TensorParallelSize: 2, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 2, EncoderDevices: 1},
+			Layout{Encoder: [][]int{{0}, {1}}, Prefill: [][]int{{2, 3}}, Decode: [][]int{{4, 5}}, Downstream: []int{6}}},
 		{"pool order is kept and extra devices left", []int{4, 2, 7, 9}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1},
 			Layout{Prefill: [][]int{{4}}, Decode: [][]int{{2}}, Downstream: []int{7}}},
 	}
@@ -50,7 +54,7 @@ func TestAllocatePD(t *testing.T) {
 
 func countDevices(l Layout) int {
 	n := len(l.Downstream)
-	for _, s := range slices.Concat(l.Prefill, l.Decode) {
+	for _, s := range slices.Concat(l.Encoder, l.Prefill, l.Decode) {
 		n += len(s)
 	}
 	return n
@@ -76,6 +80,11 @@ func TestAllocatePDErrors(t *testing.T) {
 		{"no decode", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1}, "decode replicas 0 is below 1"},
 		{"negative downstream", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: -1}, "downstream size -1 is negative"},
 		{"duplicate in pool", []int{0, 1, 1}, ok, "device pool 0,1,1: device 1 listed twice"},
+		{"pool too small for the encoders", []int{0, 1, 2, 3}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 2},
+			"need 5 devices (encoder 2x1, prefill 1x1, decode 1x1, downstream 1), have 4: 0,1,2,3"},
+		{"negative encoders", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, EncoderReplicas: -1}, "encoder replicas -1 is negative"},
+		{"huge encoder request does not overflow", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, EncoderReplicas: 1 << 40, EncoderDevices: 1 << 40},
+			"need more than exist (encoder 1099511627776x1099511627776, prefill 1x1, decode 1x1), have 3: 0,1,2"},
 		{"negative in pool", []int{0, -1, 2}, ok, "device pool 0,-1,2: device -1 is negative"},
 	}
 	for _, tt := range tests {

@@ -1,8 +1,9 @@
 // Package topology owns the resolved, immutable stage graph of an omni
-// pipeline: stage ids, model stages, prefill/decode roles, input sources,
-// stage connectors, final outputs, device sets and replicas. It detects the
-// prefill/decode pair, allocates devices, and checks every invariant a
-// topology must hold before anything is served.
+// pipeline: stage ids, model stages, prefill/decode (and encoder) roles,
+// input sources, stage connectors, final outputs, device sets and replicas.
+// It detects the prefill/decode pair and the encoder stage, allocates
+// devices, and checks every invariant a topology must hold before anything
+// is served.
 //
 // The package is pure: it does no IO, starts no goroutines and knows nothing
 // about files. Violations name a stage and a field path relative to it; the
@@ -26,6 +27,11 @@ const (
 	RolePrefill
 	// RoleDecode imports the prompt's KV cache and generates.
 	RoleDecode
+	// RoleEncoder runs the Thinker's multimodal encoders only (encoder
+	// disaggregation, E/P/D): it encodes each media item of a request and
+	// hands the outputs, keyed by the item's content hash, to the prefill
+	// stage, which then encodes nothing itself.
+	RoleEncoder
 )
 
 func (r Role) String() string {
@@ -34,6 +40,8 @@ func (r Role) String() string {
 		return "prefill"
 	case RoleDecode:
 		return "decode"
+	case RoleEncoder:
+		return "encoder"
 	default:
 		return "full"
 	}
@@ -44,6 +52,15 @@ const (
 	KVProducer = "kv_producer"
 	KVConsumer = "kv_consumer"
 	KVBoth     = "kv_both"
+)
+
+// EC roles as vLLM's ECTransferConfig spells them (vllm/config/ec_transfer.py).
+// ECBoth is accepted by the vLLM releases that have it; an instance with it
+// both loads and saves encoder outputs, so it is not encoder-only.
+const (
+	ECProducer = "ec_producer"
+	ECConsumer = "ec_consumer"
+	ECBoth     = "ec_both"
 )
 
 // Output types a final stage can produce.
@@ -63,6 +80,24 @@ type KVTransfer struct {
 	// BufferSize is kept as written ("1e9", 5e9, ...) so that equal settings
 	// compare equal whatever their spelling of the number.
 	BufferSize string
+}
+
+// ECTransfer is the part of a stage's vLLM ECTransferConfig (encoder cache
+// transfer) that the topology reasons about. Connector-specific settings
+// stay with the loader, which fills in Store for the connectors whose two
+// ends must name the same place.
+type ECTransfer struct {
+	Connector string
+	Role      string
+	EngineID  string
+	// Store is where the connector keeps encoder outputs for the other end
+	// to read, when the two ends must agree on it (ECExampleConnector's
+	// shared_storage_path, with vLLM's default filled in); empty when the
+	// connector has no such setting.
+	Store string
+	// StoreField is where Store is written, relative to the stage
+	// (e.g. "ec_transfer_config.ec_connector_extra_config.shared_storage_path").
+	StoreField string
 }
 
 // DataParallelConnectors are the KV connectors omnipd routes a
@@ -115,6 +150,9 @@ type Stage struct {
 	Replicas []Replica
 	// KV is nil for stages that take part in no KV transfer.
 	KV *KVTransfer
+	// EC is nil for stages that take part in no encoder cache transfer: in
+	// E/P/D the encoder produces, the prefill consumes, the decode has none.
+	EC *ECTransfer
 	// InputConnectors maps a source stage id to a connector name.
 	InputConnectors map[int]string
 	// OutputConnectors maps a destination stage id to a connector name.
@@ -154,7 +192,20 @@ func (t *Topology) PDPair() (prefill, decode int, ok bool) {
 	return prefill, decode, np == 1 && nd == 1
 }
 
-// Disaggregated reports whether any stage has a prefill or decode role.
+// EncoderStage returns the index in t.Stages of the encoder stage. ok is
+// false unless there is exactly one.
+func (t *Topology) EncoderStage() (encoder int, ok bool) {
+	encoder, n := -1, 0
+	for i, s := range t.Stages {
+		if s.Role == RoleEncoder {
+			encoder = i
+			n++
+		}
+	}
+	return encoder, n == 1
+}
+
+// Disaggregated reports whether any stage has a prefill, decode or encoder role.
 func (t *Topology) Disaggregated() bool {
 	for _, s := range t.Stages {
 		if s.Role != RoleFull {

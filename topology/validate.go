@@ -46,6 +46,12 @@ func (v Violation) String() string {
 // KnownConnectors lists the KV connectors omnipd knows the router-side contract of.
 var KnownConnectors = []string{"MooncakeConnector", "NixlConnector", "P2pNcclConnector", "LMCacheConnectorV1", "MoRIIOConnector", "ReferenceConnector"}
 
+// KnownECConnectors lists the EC (encoder cache) connectors omnipd can run
+// an encoder stage over: vLLM's ECExampleConnector, which needs nothing of
+// the router (both ends find an item's outputs by its content hash in a
+// shared directory), and omnipd's reference connector for reference workers.
+var KnownECConnectors = []string{"ECExampleConnector", "ReferenceECConnector"}
+
 // Violation codes. They are part of omnipd's interface (tests, scripts and
 // the CLI match on them), so a code never changes meaning once released.
 const (
@@ -154,6 +160,48 @@ const (
 	CodePDPrefillFinalOutput = "pd-prefill-final-output"
 	// CodePDPrefillFeedsNonDecode: a stage other than the decode reads from the prefill.
 	CodePDPrefillFeedsNonDecode = "pd-prefill-feeds-non-decode"
+
+	// CodeECRoleInvalid: ec_role outside ec_producer, ec_consumer and ec_both.
+	CodeECRoleInvalid = "ec-role-invalid"
+	// CodeECConnectorMissing: ec_transfer_config without ec_connector.
+	CodeECConnectorMissing = "ec-connector-missing"
+
+	// CodeEncoderWithoutPD: an encoder stage in a topology without a prefill stage.
+	CodeEncoderWithoutPD = "encoder-without-pd"
+	// CodeEncoderDuplicate: more than one encoder stage.
+	CodeEncoderDuplicate = "encoder-duplicate"
+	// CodeEncoderNotCapable: the encoder role on a stage whose model cannot be split.
+	CodeEncoderNotCapable = "encoder-not-capable"
+	// CodeEncoderHasInputs: the encoder reads from another stage.
+	CodeEncoderHasInputs = "encoder-has-inputs"
+	// CodeEncoderFinalOutput: the encoder is marked as a final output.
+	CodeEncoderFinalOutput = "encoder-final-output"
+	// CodeEncoderFeedsNothing: no stage reads from the encoder.
+	CodeEncoderFeedsNothing = "encoder-feeds-nothing"
+	// CodeEncoderFeedsNonPrefill: a stage other than the prefill reads from the encoder.
+	CodeEncoderFeedsNonPrefill = "encoder-feeds-non-prefill"
+	// CodeEncoderECMissing: an encoder stage without ec_transfer_config.
+	CodeEncoderECMissing = "encoder-ec-missing"
+	// CodeEncoderECRole: an encoder whose ec_role is not ec_producer.
+	CodeEncoderECRole = "encoder-ec-role"
+	// CodeEncoderECConnectorUnknown: an encoder over an EC connector omnipd cannot run.
+	CodeEncoderECConnectorUnknown = "encoder-ec-connector-unknown"
+	// CodeEncoderPrefillECMissing: the prefill reads from the encoder without ec_transfer_config.
+	CodeEncoderPrefillECMissing = "encoder-prefill-ec-missing"
+	// CodeEncoderPrefillECRole: the prefill reads from the encoder with an ec_role that cannot consume.
+	CodeEncoderPrefillECRole = "encoder-prefill-ec-role"
+	// CodeEncoderECConnectorMismatch: encoder and prefill use different EC connectors.
+	CodeEncoderECConnectorMismatch = "encoder-ec-connector-mismatch"
+	// CodeEncoderECStoreMismatch: encoder and prefill name different places
+	// for the encoder outputs (ECExampleConnector's shared_storage_path).
+	CodeEncoderECStoreMismatch = "encoder-ec-store-mismatch"
+	// CodeEncoderDevicesOverlap: the encoder shares devices with the prefill or the decode.
+	CodeEncoderDevicesOverlap = "encoder-devices-overlap"
+	// CodeEncoderEngineIDMissing: an encoder replica without an engine id.
+	CodeEncoderEngineIDMissing = "encoder-engine-id-missing"
+	// CodeEncoderEngineIDDuplicate: an encoder replica's engine id is already
+	// used by another encoder, prefill or decode replica.
+	CodeEncoderEngineIDDuplicate = "encoder-engine-id-duplicate"
 )
 
 // Validate returns every violation in t, in a deterministic order (stage
@@ -173,6 +221,7 @@ func Validate(t *Topology) []Violation {
 	v.cycles()
 	v.finalOutput()
 	v.disaggregation()
+	v.encoders()
 	slices.SortStableFunc(v.out, func(a, b Violation) int {
 		if c := cmp.Compare(max(a.Stage, -1), max(b.Stage, -1)); c != 0 {
 			return c
@@ -209,8 +258,8 @@ func (v *validator) stageIDs() {
 
 func (v *validator) stage(i int) {
 	s := &v.t.Stages[i]
-	if s.Role < RoleFull || s.Role > RoleDecode {
-		v.add(i, "", CodeRoleUnknown, "role %d is not full, prefill or decode", int(s.Role))
+	if s.Role < RoleFull || s.Role > RoleEncoder {
+		v.add(i, "", CodeRoleUnknown, "role %d is not full, prefill, decode or encoder", int(s.Role))
 	}
 	v.inputSources(i, s)
 	if s.FinalOutput {
@@ -242,6 +291,14 @@ func (v *validator) stage(i int) {
 		}
 		if strings.TrimSpace(s.KV.Connector) == "" {
 			v.add(i, "kv_transfer_config.kv_connector", CodeKVConnectorMissing, "kv_transfer_config needs a kv_connector naming the vLLM KV connector class, e.g. MooncakeConnector")
+		}
+	}
+	if s.EC != nil {
+		if !validECRole(s.EC.Role) {
+			v.add(i, "ec_transfer_config.ec_role", CodeECRoleInvalid, "ec_role %q is unknown; want ec_producer, ec_consumer or ec_both", s.EC.Role)
+		}
+		if strings.TrimSpace(s.EC.Connector) == "" {
+			v.add(i, "ec_transfer_config.ec_connector", CodeECConnectorMissing, "ec_transfer_config needs an ec_connector naming the EC connector, e.g. ECExampleConnector")
 		}
 	}
 	for r, rep := range s.Replicas {
@@ -529,10 +586,13 @@ func (v *validator) finalOutput() {
 	}
 }
 
-// roleField is where the deploy YAML spells a stage's PD role.
+// roleField is where the deploy YAML spells a stage's disaggregated role.
 func roleField(s *Stage) string {
-	if s.Role == RoleDecode {
+	switch s.Role {
+	case RoleDecode:
 		return "is_decode_only"
+	case RoleEncoder:
+		return "is_encoder_only"
 	}
 	return "is_prefill_only"
 }

@@ -457,6 +457,13 @@ func allTestedCodes() []string {
 		"pd-kv-buffer-device-mismatch", "pd-kv-buffer-size-mismatch", "pd-tensor-parallel-mismatch",
 		"pd-devices-overlap", "pd-decode-input-missing", "pd-engine-id-missing",
 		"pd-engine-id-duplicate", "pd-prefill-final-output", "pd-prefill-feeds-non-decode",
+		// TestValidateReportsEachEncoderViolation pins these.
+		CodeECRoleInvalid, CodeECConnectorMissing, CodeEncoderWithoutPD, CodeEncoderDuplicate,
+		CodeEncoderNotCapable, CodeEncoderHasInputs, CodeEncoderFinalOutput, CodeEncoderFeedsNothing,
+		CodeEncoderFeedsNonPrefill, CodeEncoderECMissing, CodeEncoderECRole, CodeEncoderECConnectorUnknown,
+		CodeEncoderPrefillECMissing, CodeEncoderPrefillECRole, CodeEncoderECConnectorMismatch,
+		CodeEncoderECStoreMismatch, CodeEncoderDevicesOverlap, CodeEncoderEngineIDMissing,
+		CodeEncoderEngineIDDuplicate,
 	}
 }
 
@@ -492,7 +499,7 @@ func junk(r *rand.Rand) *Topology {
 	for range r.IntN(6) {
 		s := Stage{
 			ID:                    small(),
-			Role:                  Role(r.IntN(5) - 1),
+			Role:                  Role(r.IntN(6) - 1),
 			InputSources:          ints(),
 			FinalOutput:           r.IntN(2) == 0,
 			FinalOutputType:       pick("", "text", "audio", "image", "video"),
@@ -516,6 +523,13 @@ func junk(r *rand.Rand) *Topology {
 				Role:         pick("", KVProducer, KVConsumer, KVBoth, "bogus"),
 				BufferDevice: pick("", "cuda", "cpu"),
 				BufferSize:   pick("", "1e9", "1000000000", "x"),
+			}
+		}
+		if r.IntN(3) == 0 {
+			s.EC = &ECTransfer{
+				Connector: pick("", "ECExampleConnector", "ReferenceECConnector", "Foo"),
+				Role:      pick("", ECProducer, ECConsumer, ECBoth, "bogus"),
+				Store:     pick("", "/tmp", "/mnt"),
 			}
 		}
 		tp.Stages = append(tp.Stages, s)

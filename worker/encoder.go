@@ -101,11 +101,20 @@ func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *request
 		}
 		lease = asked.Lease
 	}
+	sim := s.eng.Simulation()
+	if sim != nil {
+		s.media.simulateEncoders(r.Context(), sim, rm)
+	}
 	handles := make([]EncoderCacheHandle, len(rm.items))
 	tokens := 0
 	for i, mi := range rm.items {
-		e, err := s.media.encodeEntry(mi)
-		if err != nil {
+		var e *eccache.Entry
+		var err error
+		if sim != nil {
+			// The simulated prefill computes nothing from the rows: the
+			// entry says how many there are, with no values to move.
+			e = simEntry(mi)
+		} else if e, err = s.media.encodeEntry(mi); err != nil {
 			return fmt.Errorf("%s: %w", mi.path, err)
 		}
 		if err := s.encoded.Put(mi.key, lease, e); err != nil {
@@ -175,3 +184,23 @@ func (s *Server) fetchEncoded(ctx context.Context, rm *requestMedia, hs []Encode
 
 // errNoMedia: an encoder worker asked for text only.
 var errNoMedia = openai.InvalidRequest("messages", "this worker is an encoder (--ec-transfer-config ec_role ec_producer): send it media items, one per request, as vLLM's disaggregated-encoder proxy does")
+
+// simEntry is an item's entry in simulate mode: rows of no width, as many
+// as the item's placeholders.
+func simEntry(mi mediaItem) *eccache.Entry {
+	e := &eccache.Entry{}
+	it := mi.item
+	switch it.Kind {
+	case mmproc.Audio:
+		n, _ := mmproc.AudioTokens(it.AudioFrames)
+		e.Audio = make([][]float32, n)
+	case mmproc.Image, mmproc.Video:
+		n, _ := mmproc.VisionTokens(it.Grid, mmproc.Qwen3OmniSpatialMergeSize)
+		e.Vision = make([][]float32, n)
+		if mi.videoAudio != nil {
+			a, _ := mmproc.AudioTokens(it.AudioFrames)
+			e.Audio = make([][]float32, a)
+		}
+	}
+	return e
+}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/omnipd/omnipd/eccache"
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/audioproc"
 	"github.com/omnipd/omnipd/engine/encoder"
 	"github.com/omnipd/omnipd/engine/mmproc"
+	"github.com/omnipd/omnipd/engine/simulate"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/engine/visionproc"
 	"github.com/omnipd/omnipd/mediafetch"
@@ -395,4 +397,51 @@ func (md *media) encodeVision(p visionproc.Patches) ([][]float32, error) {
 		rows[i] = p.Patch(i)
 	}
 	return md.vision.Encode(rows, p.Grid.T, p.Grid.H, p.Grid.W)
+}
+
+// simItems are the request's media as the encoder latency model counts
+// them: each item's placeholder tokens (a video's own audio as an audio
+// item of its own).
+func (rm *requestMedia) simItems(mergeSize int) []simulate.EncoderItem {
+	var items []simulate.EncoderItem
+	for _, mi := range rm.items {
+		it := mi.item
+		switch it.Kind {
+		case mmproc.Audio:
+			n, _ := mmproc.AudioTokens(it.AudioFrames)
+			items = append(items, simulate.EncoderItem{Kind: simulate.EncoderAudio, Tokens: n, Segments: 1})
+		case mmproc.Image, mmproc.Video:
+			n, _ := mmproc.VisionTokens(it.Grid, mergeSize)
+			kind, segments := simulate.EncoderImage, 1
+			if it.Kind == mmproc.Video {
+				kind, segments = simulate.EncoderVideo, it.Grid.T
+			}
+			items = append(items, simulate.EncoderItem{Kind: kind, Tokens: n, Segments: segments})
+			if mi.videoAudio != nil {
+				n, _ := mmproc.AudioTokens(it.AudioFrames) // a video's own audio
+				items = append(items, simulate.EncoderItem{Kind: simulate.EncoderAudio, Tokens: n, Segments: 1})
+			}
+		}
+	}
+	return items
+}
+
+// simulateEncoders keeps the modeled encoders' pace in simulate mode: the
+// engine there computes nothing from the rows, so instead of running the
+// tiny encoders the worker waits what the profile says the request's items
+// take (docs/simulate.md), and counts them as encoded.
+func (md *media) simulateEncoders(ctx context.Context, p *simulate.Profile, rm *requestMedia) {
+	d := p.Encoder.BatchTime(rm.simItems(mmproc.Qwen3OmniSpatialMergeSize))
+	for _, mi := range rm.items {
+		md.metrics.RecordEncoderRun(mi.item.Kind.String())
+		if mi.videoAudio != nil {
+			md.metrics.RecordEncoderRun("audio")
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -12,7 +12,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -49,7 +52,17 @@ func TestMultimodalThroughTheBinary(t *testing.T) {
 	flags := []string{"--port", "0", "--allowed-media-domains", host, "--media-allow-private-networks"}
 	pd := startServe(t, bin, flags...)
 	colocated := startServe(t, bin, append(flags, "--pd=false")...)
-	pdURL, coURL := pd.url(t), colocated.url(t)
+	// And E/P/D: the default topology with two encoder instances.
+	fixture, err := filepath.Abs("../../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	epdConfig := filepath.Join(t.TempDir(), "epd.yaml")
+	if err := os.WriteFile(epdConfig, []byte("base_config: "+fixture+"\npd:\n  encoder:\n    num_replicas: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	epd := startServe(t, bin, append(flags, "--config", epdConfig)...)
+	pdURL, coURL, epdURL := pd.url(t), colocated.url(t), epd.url(t)
 
 	var wav bytes.Buffer
 	wav.WriteString("RIFF")
@@ -92,29 +105,57 @@ func TestMultimodalThroughTheBinary(t *testing.T) {
 	if pdText != coText || pdAudio != coAudio {
 		t.Errorf("PD %q (%d bytes of audio); colocated %q (%d bytes)", pdText, len(pdAudio), coText, len(coAudio))
 	}
+	if epdText, epdAudio := ask(epdURL); epdText != coText || epdAudio != coAudio {
+		t.Errorf("E/P/D %q (%d bytes of audio); colocated %q (%d bytes)", epdText, len(epdAudio), coText, len(coAudio))
+	}
+	encoders := regexp.MustCompile(`stage \d \(thinker-encoder\): \S+ ready at (http://\S+)`).FindAllStringSubmatch(epd.out.String(), -1)
+	epdThinkers := regexp.MustCompile(`stage \d \(thinker-(prefill|decode)\): \S+ ready at (http://\S+)`).FindAllStringSubmatch(epd.out.String(), -1)
+	if len(encoders) != 2 || len(epdThinkers) != 2 {
+		t.Fatalf("the E/P/D serve's workers:\n%s", epd.out.String())
+	}
+	total := map[string]int{}
+	for _, e := range encoders {
+		for k, v := range encoderRuns(t, e[1]) {
+			total[k] += v
+		}
+	}
+	if fmt.Sprint(total) != fmt.Sprint(map[string]int{"audio": 1, "image": 1, "video": 0}) {
+		t.Errorf("the encoders encoded %v; want the audio and the image once", total)
+	}
+	for _, w := range epdThinkers {
+		if runs := encoderRuns(t, w[2]); fmt.Sprint(runs) != fmt.Sprint(map[string]int{"audio": 0, "image": 0, "video": 0}) {
+			t.Errorf("the E/P/D %s worker encoded %v", w[1], runs)
+		}
+	}
 
 	workers := regexp.MustCompile(`stage \d \(thinker-(prefill|decode)\): \S+ ready at (http://\S+)`).FindAllStringSubmatch(pd.out.String(), -1)
 	if len(workers) != 2 {
 		t.Fatalf("the prefill and decode workers' lines:\n%s", pd.out.String())
 	}
 	for _, w := range workers {
-		resp, err := http.Get(w[2] + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		runs := regexp.MustCompile(`omnipd_encoder_runs_total\{modality="(\w+)",model_name="[^"]*"\} (\S+)`).FindAllStringSubmatch(string(raw), -1)
-		got := map[string]string{}
-		for _, r := range runs {
-			got[r[1]] = r[2]
-		}
-		want := map[string]string{"audio": "1", "image": "1", "video": "0"}
+		want := map[string]int{"audio": 1, "image": 1, "video": 0}
 		if w[1] == "decode" {
-			want = map[string]string{"audio": "0", "image": "0", "video": "0"}
+			want = map[string]int{"audio": 0, "image": 0, "video": 0}
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := encoderRuns(t, w[2]); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s worker's encoder runs %v; want %v", w[1], got, want)
 		}
 	}
+}
+
+// encoderRuns reads omnipd_encoder_runs_total by modality from a worker.
+func encoderRuns(t *testing.T, url string) map[string]int {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := map[string]int{}
+	for _, r := range regexp.MustCompile(`omnipd_encoder_runs_total\{modality="(\w+)",model_name="[^"]*"\} (\d+)`).FindAllStringSubmatch(string(raw), -1) {
+		n, _ := strconv.Atoi(r[2])
+		got[r[1]] = n
+	}
+	return got
 }

@@ -59,6 +59,34 @@ func TestPlanVLLMConfigIsServed(t *testing.T) {
 	}
 }
 
+// An E/P/D config — vLLM's 1E1P1D shape and two encoders over Mooncake —
+// planned for vllm serve and for Kubernetes is one serve takes: it routes
+// through the encoder (its serving line says so) as well as the P/D pair.
+func TestPlanEPDConfigIsServed(t *testing.T) {
+	for _, c := range []struct{ config, connector string }{
+		{"../../launch/testdata/thinking_epd_nixl.yaml", kvconnector.NixlConnector},
+		{"../../launch/testdata/thinking_2e2p1d_mooncake.yaml", kvconnector.MooncakeConnector},
+	} {
+		t.Run(filepath.Base(c.config), func(t *testing.T) {
+			var script, errOut bytes.Buffer
+			if err := runPlan(c.config, configFlags{}, launch.VLLMOptions{BasePort: freePort(t)}, &script, &errOut); err != nil {
+				t.Fatalf("plan --target vllm: %v\n%s", err, errOut.String())
+			}
+			if !strings.Contains(script.String(), "--ec-transfer-config") {
+				t.Fatalf("the plan starts no encoder:\n%s", script.String())
+			}
+			cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+			if !ok {
+				t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+			}
+			out := wantServed(t, c.connector, cfg)
+			if !strings.Contains(out, "encoder over ECExampleConnector") {
+				t.Errorf("serve does not say it routes through the encoder:\n%s", out)
+			}
+		})
+	}
+}
+
 // A NIXL prefill and decode of two DP ranks each: serve takes the planned
 // config and routes each instance's ranks (Peer.DP from data_parallel_size).
 func TestPlanVLLMDataParallelNixlConfigIsServed(t *testing.T) {
@@ -161,7 +189,7 @@ func TestPlanKubernetesRefusesLMCachePD(t *testing.T) {
 
 // wantServed writes cfg where serve --config would read it and runs serve on
 // it until it says it serves, failing t with whatever serve refuses.
-func wantServed(t *testing.T, connector string, cfg []byte) {
+func wantServed(t *testing.T, connector string, cfg []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), launch.VLLMConfigFile)
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
@@ -204,6 +232,7 @@ func wantServed(t *testing.T, connector string, cfg []byte) {
 	case err := <-errc:
 		t.Fatalf("serve --config refuses the config plan wrote for %s: %v\n%s%s\nconfig:\n%s", connector, err, out.String(), logs.String(), cfg)
 	}
+	return out.String()
 }
 
 func stageOf(doc *deploy.Document, role topology.Role) *deploy.Stage {

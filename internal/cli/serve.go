@@ -26,6 +26,7 @@ import (
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/worker"
 	"github.com/spf13/cobra"
 )
 
@@ -249,6 +250,17 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					}
 					spec.Args = append(spec.Args, kvCacheArgs(s)...)
 					spec.Args = append(spec.Args, o.access.media.args()...)
+					if s.EC != nil {
+						// The encoder and the prefill of E/P/D.
+						if s.EC.Connector != worker.ReferenceECConnector {
+							return fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.EC.Connector, worker.ReferenceECConnector)
+						}
+						ec, err := launch.ECTransferJSON(s, r)
+						if err != nil {
+							return err
+						}
+						spec.Args = append(spec.Args, "--ec-transfer-config", ec)
+					}
 					if r.KVPort != 0 {
 						where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
 					}
@@ -324,6 +336,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}
 	if contract != nil {
 		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
+		cfg.Encoder, cfg.Secret = pools[topology.RoleEncoder], secret // nil without an encoder stage
 		cfg.PrefillRetries = doc.PD.PrefillRetries
 		cfg.MinPrefillTokens = doc.PD.MinPrefillTokens
 		cfg.FallbackLocal = doc.PD.Fallback == "local"
@@ -354,7 +367,11 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		Metrics: m,
 	}
 	return serveListenerWith(ctx, ln, handler, hc, o.drain, func(a net.Addr) {
-		fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, pathName(contract), a)
+		path := pathName(contract)
+		if e := doc.EncoderStage(); e != nil && e.EC != nil {
+			path = fmt.Sprintf("encoder over %s, %s", e.EC.Connector, path)
+		}
+		fmt.Fprintf(o.out, "omnipd serving %s (%s) on http://%s\n", o.model, path, a)
 	}, func() {
 		fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
 	})

@@ -154,6 +154,13 @@ type Multimodal struct {
 	// runs no encoder unless it must recompute the prompt (a failed import
 	// with kv_load_failure_policy recompute, or a preemption).
 	Encode func() ([][]float32, error)
+	// Encoding is the media the encoders work on, as the latency model
+	// counts them: in simulate mode, which computes nothing from the rows,
+	// the engine pays their modeled time in the step that first computes a
+	// placeholder (again after a preemption), as a GPU running the encoders
+	// in its batch does. Nil when this engine does not encode (the rows came
+	// from an encoder stage).
+	Encoding []simulate.EncoderItem
 }
 
 // Event is what a request produces: one per generated token, and a last
@@ -299,6 +306,8 @@ type sequence struct {
 	// mmRows are the encoder rows of a multimodal prompt while its
 	// placeholders are being computed (Multimodal.Encode), then dropped.
 	mmRows [][]float32
+	// simEncoded: in simulate mode, the modeled encoder time was paid.
+	simEncoded bool
 }
 
 type importResult struct {
@@ -695,6 +704,7 @@ func (e *Engine) preempt(s *sequence) {
 	e.cfg.Logger.Debug("preempting sequence", "request_id", s.req.ID, "tokens", len(s.tokens))
 	e.cache.Free(s.table)
 	s.table, s.computed, s.cached = nil, 0, 0
+	s.simEncoded = false // a recomputed prompt is encoded again
 	if s.capture != nil {
 		s.capture.Embeddings, s.capture.Hidden = nil, nil
 	}

@@ -267,6 +267,27 @@ func simWork(batch []*work) (prefillTokens, decodeSeqs int) {
 	return prefillTokens, decodeSeqs
 }
 
+// simEncoding lists the media the batch's encoders work on: those of each
+// sequence whose chunk is the first to compute one of its placeholders.
+func simEncoding(batch []*work) []simulate.EncoderItem {
+	var items []simulate.EncoderItem
+	for _, w := range batch {
+		s := w.s
+		mm := s.req.Multimodal
+		if mm == nil || mm.Encoding == nil || s.simEncoded {
+			continue
+		}
+		for i := s.computed; i < min(s.computed+w.n, s.promptLen); i++ {
+			if mm.Placeholder[i] {
+				items = append(items, mm.Encoding...)
+				s.simEncoded = true
+				break
+			}
+		}
+	}
+	return items
+}
+
 // simBegin is when a step begins in modeled time: now, or the previous
 // step's end when the engine ran on without waiting for work.
 func (e *Engine) simBegin() time.Time {
@@ -289,7 +310,7 @@ func (e *Engine) simEnd(ctx context.Context, start time.Time, batch []*work) {
 	if sim == nil || sim.zero {
 		return
 	}
-	sim.deadline = start.Add(sim.profile.StepTime(simWork(batch)))
+	sim.deadline = start.Add(sim.profile.StepTime(simWork(batch)) + sim.profile.Encoder.BatchTime(simEncoding(batch)))
 	if wait := sim.deadline.Sub(sim.clock.Now()); wait > 0 {
 		sim.clock.Sleep(ctx, wait)
 	}

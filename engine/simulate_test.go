@@ -464,3 +464,41 @@ func BenchmarkSimulatedKV(b *testing.B) {
 		}
 	}
 }
+
+// A multimodal prompt pays its modeled encoder time in the step that first
+// computes one of its placeholders — with a chunked prefill, only that
+// chunk's step — and a prompt whose rows came from an encoder stage
+// (Encoding nil) pays none.
+func TestSimulatedEncoderTime(t *testing.T) {
+	p := *testProfile
+	p.Encoder = simulate.Encoder{Audio: simulate.EncoderCost{PerItem: 7 * ms, PerToken: 100 * us}}
+	pre := func(n int) time.Duration { return p.Prefill.Base + time.Duration(n)*p.Prefill.PerUnit }
+	enc := p.Encoder.Time(simulate.EncoderAudio, 6)
+	item := []simulate.EncoderItem{{Kind: simulate.EncoderAudio, Tokens: 6, Segments: 1}}
+	mmRequest := func(encoding []simulate.EncoderItem) *Request {
+		req, _ := mmPrompt(rand.New(rand.NewPCG(8, 8)), 16, 6, 12, 6)
+		req.Params = greedy(1)
+		req.Multimodal.Encoding = encoding
+		return req
+	}
+	for _, c := range []struct {
+		name     string
+		budget   int
+		encoding []simulate.EncoderItem
+		want     []time.Duration
+	}{
+		{"whole prompt", 0, item, []time.Duration{pre(16) + enc}},
+		{"chunked: placeholders in the second chunk", 5, item, []time.Duration{pre(5), pre(5) + enc, pre(5), pre(1)}},
+		{"rows from an encoder stage", 0, nil, []time.Duration{pre(16)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newFakeClock()
+			e := newSim(t, Config{MaxNumBatchedTokens: c.budget}, &p, clock)
+			runEngine(t, e)
+			collect(t, submit(t, e, mmRequest(c.encoding)))
+			if got := clock.recorded(); !slices.Equal(got, c.want) {
+				t.Errorf("waits %v, want %v", got, c.want)
+			}
+		})
+	}
+}

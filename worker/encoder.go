@@ -103,7 +103,9 @@ func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *request
 	}
 	sim := s.eng.Simulation()
 	if sim != nil {
-		s.media.simulateEncoders(r.Context(), sim, rm)
+		if err := s.media.simulateEncoders(r.Context(), sim, rm); err != nil {
+			return err
+		}
 	}
 	handles := make([]EncoderCacheHandle, len(rm.items))
 	tokens := 0

@@ -102,16 +102,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		switch sim := s.eng.Simulation(); {
-		case hs != nil:
+		if hs != nil {
 			if err := s.fetchEncoded(r.Context(), media, hs); err != nil {
 				return err
 			}
-		case sim != nil && !importsPrompt(req.KVTransferParams):
-			// This worker computes the prompt, so it encodes: at the
-			// modeled pace. A decode whose KV import brings the prompt
-			// does not.
-			s.media.simulateEncoders(r.Context(), sim, media)
 		}
 	}
 	// vLLM's add_generation_prompt (default true) ends the prompt with the
@@ -532,10 +526,4 @@ func (gr *growing) end(cause error) {
 		return
 	}
 	_ = gr.store.Close(gr.key)
-}
-
-// importsPrompt reports a decode leg whose KV comes from a prefill.
-func importsPrompt(kv map[string]any) bool {
-	v, _ := kv["do_remote_prefill"].(bool)
-	return v
 }

@@ -42,7 +42,10 @@ const (
 // media is a Thinker worker's multimodal input path: the fetch policy and
 // the encoders. The processors (audioproc, visionproc, mmproc) are pure.
 type media struct {
-	cfg     MediaConfig
+	cfg MediaConfig
+	// device is the encoder worker's one modeled device in simulate mode
+	// (a semaphore of one).
+	device  chan struct{}
 	fetch   *mediafetch.Fetcher
 	audio   *encoder.AudioEncoder
 	vision  *encoder.VisionEncoder
@@ -66,7 +69,7 @@ func newMedia(cfg MediaConfig, tok *tokenizer.Tokenizer, hidden int, m *metrics.
 	if err != nil {
 		return nil, fmt.Errorf("worker: vision encoder: %w", err)
 	}
-	md := &media{cfg: cfg, fetch: fetch, audio: audio, vision: vision, metrics: m}
+	md := &media{cfg: cfg, fetch: fetch, audio: audio, vision: vision, metrics: m, device: make(chan struct{}, 1)}
 	// A tokenizer without the markers (a checkpoint's own, text-only) takes
 	// no media: tokens stays invalid and prepare refuses media parts.
 	ids := make([]int, 7)
@@ -301,7 +304,8 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 	for i, mi := range rm.items {
 		items[i] = mi.item
 	}
-	p, err := mmproc.Prepare(prompt, items, md.options(rm.useAudioInVideo))
+	opts := md.options(rm.useAudioInVideo)
+	p, err := mmproc.Prepare(prompt, items, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -314,7 +318,22 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 	}
 	tokens := p.Tokens
 	mm.Encode = func() ([][]float32, error) { return md.encode(tokens, rm) }
+	if !rm.fetched() {
+		// What the engine's encoders would work on, for the latency model
+		// in simulate mode.
+		mm.Encoding = rm.simItems(opts.SpatialMergeSize)
+	}
 	return tokens, mm, nil
+}
+
+// fetched reports media whose encoder rows all came from an encoder stage.
+func (rm *requestMedia) fetched() bool {
+	for _, mi := range rm.items {
+		if mi.encoded == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // encode places every item's encoder rows at the placeholders — rows an
@@ -426,22 +445,32 @@ func (rm *requestMedia) simItems(mergeSize int) []simulate.EncoderItem {
 	return items
 }
 
-// simulateEncoders keeps the modeled encoders' pace in simulate mode: the
-// engine there computes nothing from the rows, so instead of running the
-// tiny encoders the worker waits what the profile says the request's items
-// take (docs/simulate.md), and counts them as encoded.
-func (md *media) simulateEncoders(ctx context.Context, p *simulate.Profile, rm *requestMedia) {
+// simulateEncoders keeps an encoder worker's modeled pace in simulate
+// mode: instead of running the tiny encoders (the simulated prefill
+// computes nothing from their rows) it holds the worker's one modeled
+// device for what the profile says the request's items take
+// (docs/simulate.md), one request after another as a GPU would, and
+// counts the items as encoded.
+func (md *media) simulateEncoders(ctx context.Context, p *simulate.Profile, rm *requestMedia) error {
 	d := p.Encoder.BatchTime(rm.simItems(mmproc.Qwen3OmniSpatialMergeSize))
+	select {
+	case md.device <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-md.device }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	for _, mi := range rm.items {
 		md.metrics.RecordEncoderRun(mi.item.Kind.String())
 		if mi.videoAudio != nil {
 			md.metrics.RecordEncoderRun("audio")
 		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	return nil
 }

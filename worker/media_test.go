@@ -240,3 +240,81 @@ func TestMultimodalConditioningMergeEqualsColocated(t *testing.T) {
 		}
 	}
 }
+
+// E/P/D at the workers: an encoder worker encodes each media item (one
+// request per item, as the orchestrator sends them) and the prefill,
+// handed the keys, fetches the rows instead of encoding; the merged
+// conditioning is the colocated worker's bit for bit, and only the encoder
+// ran an encoder.
+func TestEPDConditioningEqualsColocated(t *testing.T) {
+	colocated := newTestWorker(t, kvConfig("kv_both", "both-0", HandshakePull))
+	encoderWorker := newTestWorkerWith(t, "", func(c *Config) { c.EC = &ECTransferConfig{Connector: ReferenceECConnector, Role: ECProducer} })
+	prefill := newTestWorkerWith(t, kvConfig("kv_producer", "prefill-0", HandshakePull), func(c *Config) {
+		c.EC = &ECTransferConfig{Connector: ReferenceECConnector, Role: ECConsumer}
+	})
+	decode := newTestWorker(t, kvConfig("kv_consumer", "decode-0", HandshakePull))
+	parts := []any{
+		map[string]any{"type": "input_audio", "input_audio": map[string]any{"data": b64(wavBytes(0.5)), "format": "wav"}},
+		map[string]any{"type": "text", "text": "and"},
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + b64(pngBytes(48, 32))}},
+	}
+	id := "epd-cond"
+	var handles []EncoderCacheHandle
+	for i, p := range []any{parts[0], parts[2]} {
+		item := map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{p}}}, "max_tokens": 1,
+			EncoderCacheField: map[string]any{"lease": id}}
+		raw, _ := json.Marshal(item)
+		status, _, body := do(t, "POST", encoderWorker.url+"/v1/chat/completions", string(raw))
+		var ans struct {
+			Kept []EncoderCacheHandle `json:"omnipd_encoder_cache"`
+		}
+		if status != 200 || json.Unmarshal([]byte(body), &ans) != nil || len(ans.Kept) != 1 {
+			t.Fatalf("encoder leg %d: %d %s", i, status, body)
+		}
+		handles = append(handles, EncoderCacheHandle{URL: encoderWorker.url, Key: ans.Kept[0].Key})
+	}
+	b := map[string]any{"messages": []any{map[string]any{"role": "user", "content": parts}}, "max_tokens": 6, "temperature": 0.8, "seed": 5}
+	with := func(key string) map[string]any {
+		c := maps.Clone(b)
+		c["omnipd_conditioning"] = map[string]any{"key": id + key, "layer": 2}
+		return c
+	}
+	if _, _, err := post(context.Background(), colocated.url, id, with("/colocated")); err != nil {
+		t.Fatal(err)
+	}
+	pre := with("/prefill")
+	pre[EncoderCacheField] = handles
+	if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pre, with("/decode")); err != nil {
+		t.Fatal(err)
+	}
+	want, err := stageconn.Fetch(context.Background(), nil, colocated.url, id+"/colocated", testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := stageconn.Fetch(context.Background(), nil, prefill.url, id+"/prefill", testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := stageconn.Fetch(context.Background(), nil, decode.url, id+"/decode", testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := stageconn.Merge(p, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Embed, want.Embed) || !reflect.DeepEqual(got.Hidden, want.Hidden) || !reflect.DeepEqual(got.TokenIDs, want.TokenIDs) {
+		t.Errorf("E/P/D: merged %d rows differ from the colocated %d", len(got.Hidden), len(want.Hidden))
+	}
+	for name, w := range map[string]*testWorker{"encoder": encoderWorker, "prefill": prefill, "decode": decode} {
+		exp := scrape(t, w.url)
+		runs := metricValue(t, exp, `omnipd_encoder_runs_total{modality="audio",model_name="omnipd-reference"}`) +
+			metricValue(t, exp, `omnipd_encoder_runs_total{modality="image",model_name="omnipd-reference"}`)
+		if want := map[string]float64{"encoder": 2}[name]; runs != want {
+			t.Errorf("%s worker encoded %v items; want %v", name, runs, want)
+		}
+	}
+	if status, _, _ := do(t, "DELETE", encoderWorker.url+"/v1/omnipd/encoder-leases/"+id, ""); status != 204 || encoderWorker.EncoderOutputs() != 0 {
+		t.Errorf("releasing the lease: %d, %d outputs left", status, encoderWorker.EncoderOutputs())
+	}
+}

@@ -63,12 +63,20 @@ func runTestEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 
 func newTestWorker(t *testing.T, kv string) *testWorker {
 	t.Helper()
+	return newTestWorkerWith(t, kv, func(*Config) {})
+}
+
+// newTestWorkerWith is newTestWorker with its config adjusted.
+func newTestWorkerWith(t *testing.T, kv string, adjust func(*Config)) *testWorker {
+	t.Helper()
 	eng := runTestEngine(t, engine.Config{})
 	cfg, err := ParseKVTransferConfig(kv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Engine: eng, KV: cfg, Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
+	wcfg := Config{Engine: eng, KV: cfg, Secret: testSecret, Logger: slog.New(slog.DiscardHandler)}
+	adjust(&wcfg)
+	srv, err := New(wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

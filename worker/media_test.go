@@ -210,22 +210,7 @@ func TestMultimodalConditioningMergeEqualsColocated(t *testing.T) {
 		if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, with("/prefill"), with("/decode")); err != nil {
 			t.Fatal(err)
 		}
-		want, err := stageconn.Fetch(context.Background(), nil, colocated.url, id+"/colocated", testSecret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := stageconn.Fetch(context.Background(), nil, prefill.url, id+"/prefill", testSecret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := stageconn.Fetch(context.Background(), nil, decode.url, id+"/decode", testSecret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := stageconn.Merge(p, d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, want := mergedAndColocated(t, id, colocated, prefill, decode)
 		if !reflect.DeepEqual(got.Embed, want.Embed) || !reflect.DeepEqual(got.Hidden, want.Hidden) || !reflect.DeepEqual(got.TokenIDs, want.TokenIDs) {
 			t.Errorf("T=%v: merged %d rows differ from the colocated %d", temperature, len(got.Hidden), len(want.Hidden))
 		}
@@ -287,22 +272,7 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 	if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pre, with("/decode")); err != nil {
 		t.Fatal(err)
 	}
-	want, err := stageconn.Fetch(context.Background(), nil, colocated.url, id+"/colocated", testSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := stageconn.Fetch(context.Background(), nil, prefill.url, id+"/prefill", testSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := stageconn.Fetch(context.Background(), nil, decode.url, id+"/decode", testSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := stageconn.Merge(p, d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, want := mergedAndColocated(t, id, colocated, prefill, decode)
 	if !reflect.DeepEqual(got.Embed, want.Embed) || !reflect.DeepEqual(got.Hidden, want.Hidden) || !reflect.DeepEqual(got.TokenIDs, want.TokenIDs) {
 		t.Errorf("E/P/D: merged %d rows differ from the colocated %d", len(got.Hidden), len(want.Hidden))
 	}
@@ -317,4 +287,23 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 	if status, _, _ := do(t, "DELETE", encoderWorker.url+"/v1/omnipd/encoder-leases/"+id, ""); status != 204 || encoderWorker.EncoderOutputs() != 0 {
 		t.Errorf("releasing the lease: %d, %d outputs left", status, encoderWorker.EncoderOutputs())
 	}
+}
+
+// mergedAndColocated fetches request id's stashes — id+"/prefill" and
+// id+"/decode", merged, and id+"/colocated" — from the workers.
+func mergedAndColocated(t *testing.T, id string, colocated, prefill, decode *testWorker) (merged, want *stageconn.Stash) {
+	t.Helper()
+	fetch := func(w *testWorker, key string) *stageconn.Stash {
+		st, err := stageconn.Fetch(context.Background(), nil, w.url, id+key, testSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	want = fetch(colocated, "/colocated")
+	merged, err := stageconn.Merge(fetch(prefill, "/prefill"), fetch(decode, "/decode"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return merged, want
 }

@@ -83,6 +83,31 @@ func TestPlanEPDConfigIsServed(t *testing.T) {
 			if !strings.Contains(out, "encoder over ECExampleConnector") {
 				t.Errorf("serve does not say it routes through the encoder:\n%s", out)
 			}
+
+			var objects bytes.Buffer
+			errOut.Reset()
+			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
+				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, Workload: kube.WorkloadDisaggregatedSet,
+				Model: launch.DefaultVLLMModel}
+			if err := runPlanKube(c.config, configFlags{}, kopts, &objects, &errOut); err != nil {
+				t.Fatalf("plan --target kubernetes: %v\n%s", err, errOut.String())
+			}
+			objs, err := kube.ReadYAML(strings.NewReader(objects.String()))
+			if err != nil {
+				t.Fatalf("the plan does not decode into objects: %v", err)
+			}
+			var kcfg []byte
+			for _, o := range objs {
+				if cm, ok := o.(*corev1.ConfigMap); ok && cm.Data[kube.ConfigKey] != "" {
+					kcfg = []byte(cm.Data[kube.ConfigKey])
+				}
+			}
+			if kcfg == nil {
+				t.Fatalf("the Kubernetes plan holds no ConfigMap with %s", kube.ConfigKey)
+			}
+			if out := wantServed(t, c.connector, kcfg); !strings.Contains(out, "encoder over ECExampleConnector") {
+				t.Errorf("serve of the Kubernetes plan's config does not route through the encoder:\n%s", out)
+			}
 		})
 	}
 }

@@ -274,6 +274,9 @@ type Result struct {
 	eventErr <-chan error
 	// release must be called when the caller is done with the result.
 	release func()
+	// quiet, when set, is told that the stage went quiet past the idle
+	// timeout mid-stream: its instance sits out.
+	quiet func()
 }
 
 // Streaming reports whether the result is a stream (read it with Next).
@@ -294,6 +297,9 @@ func (r *Result) Next() (json.RawMessage, error) {
 		ev, err := r.Stream.Next()
 		r.idle.disarm()
 		if err != nil && r.idle.fired() {
+			if r.quiet != nil {
+				r.quiet()
+			}
 			return nil, r.idle.err(err)
 		}
 		if err != nil {
@@ -910,7 +916,11 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 			release()
 			return nil, o.decodeFailure(in, dog, err)
 		}
-		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID()}, nil
+		// An instance that goes quiet mid-stream sits out, as one that goes
+		// quiet before answering does (decodeFailure): once its stalled leg
+		// ends it would look idle and draw the next requests.
+		quiet := func() { in.eject(o.now()) }
+		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID(), quiet: quiet}, nil
 	}
 	resp, err := in.Client.PostWith(dog.ctx, req.path(), id, header, body)
 	release()
@@ -929,6 +939,9 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 // instance (the health probe, when running, puts it back).
 func (o *Orchestrator) decodeFailure(in *Instance, dog *watchdog, err error) error {
 	if dog.fired() {
+		// Quiet past the idle timeout: it sits out too, so that the next
+		// requests do not wait on it in turn.
+		in.eject(o.now())
 		return dog.err(err)
 	}
 	if errors.Is(err, stageclient.ErrConnect) {

@@ -112,6 +112,12 @@ func NewStore(cfg Config) *Store {
 
 // Put stashes st under key.
 func (s *Store) Put(key string, st *Stash) error {
+	return s.put(key, st, false)
+}
+
+// put stashes st under key, growing (open) or not, in one step: a reader
+// waiting for the key sees it only as it is meant to be.
+func (s *Store) put(key string, st *Stash, open bool) error {
 	if key == "" || len(key) > 256 {
 		return fmt.Errorf("stageconn: invalid key %q", key)
 	}
@@ -128,7 +134,11 @@ func (s *Store) Put(key string, st *Stash) error {
 		return fmt.Errorf("%w: %q", ErrReleased, key)
 	}
 	delete(s.ended, key)
-	s.entries[key] = &entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	e := &entry{stash: st, expires: s.cfg.Now().Add(s.cfg.TTL)}
+	if open {
+		e.open, e.grown = true, make(chan struct{})
+	}
+	s.entries[key] = e
 	s.armLocked(s.cfg.TTL)
 	s.wakeStashedLocked()
 	return nil

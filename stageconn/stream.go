@@ -20,15 +20,7 @@ import (
 // before the first step (the TTS embeddings, the prompt ids) and may hold
 // rows already.
 func (s *Store) Open(key string, head *Stash) error {
-	if err := s.Put(key, head); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.entries[key]; ok {
-		e.open, e.grown = true, make(chan struct{})
-	}
-	return nil
+	return s.put(key, head, true)
 }
 
 // Append adds rows (one embed and one hidden per position) and the tokens

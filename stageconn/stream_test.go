@@ -3,6 +3,7 @@ package stageconn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -284,4 +285,29 @@ func TestReadSaysItWaited(t *testing.T) {
 		t.Errorf("read of a key not stashed yet: %d rows, %+v, err %v; want an empty answer that waited", len(st.Embed), info, err)
 	}
 	s.Drop("k")
+}
+
+// A reader waiting for a key not stashed yet, from a row past the first,
+// sees the stash only once it is open: Open makes it open in one step, so
+// the reader never finds it closed and empty ("offset 1 is past the 0
+// rows") in between.
+func TestReadBeforeOpenPastTheFirstRow(t *testing.T) {
+	src := sample(3, 2)
+	s := NewStore(Config{})
+	for i := range 2000 {
+		key := fmt.Sprint("k", i)
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := s.Read(context.Background(), key, 1)
+			errc <- err
+		}()
+		grow(t, s, key, src)
+		if err := s.Append(key, src.Embed, src.Hidden, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("read %d from row 1 before the stash was opened: %v", i, err)
+		}
+		s.Drop(key)
+	}
 }

@@ -1009,23 +1009,32 @@ func (p *Pool) Probe(ctx context.Context, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		for _, in := range p.Instances {
-			hctx, cancel := context.WithTimeout(ctx, interval)
-			err := in.Client.Health(hctx)
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				in.eject(time.Now())
-			} else {
-				in.ok()
-			}
+		p.ProbeOnce(ctx, interval)
+		if ctx.Err() != nil {
+			return
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// ProbeOnce checks every instance's /health once, each within timeout:
+// one that answers is back in rotation, one that does not sits out.
+func (p *Pool) ProbeOnce(ctx context.Context, timeout time.Duration) {
+	for _, in := range p.Instances {
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err := in.Client.Health(hctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			in.eject(time.Now())
+		} else {
+			in.ok()
 		}
 	}
 }

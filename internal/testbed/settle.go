@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"context"
 	"runtime"
 	"strings"
 	"testing"
@@ -41,6 +42,12 @@ func (d *Deployment) quietGoroutines(within time.Duration) int {
 // was left when it does not settle.
 func (d *Deployment) Settled(t testing.TB, within time.Duration) {
 	t.Helper()
+	// What serve's background probe does between requests: an instance that
+	// sat out (it went quiet, or was unreachable) and answers again is back
+	// in rotation for what the test does next.
+	for _, p := range d.pools {
+		p.ProbeOnce(context.Background(), time.Second)
+	}
 	deadline := time.Now().Add(within)
 	var u Usage
 	var n int

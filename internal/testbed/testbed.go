@@ -96,6 +96,9 @@ type Deployment struct {
 
 	metrics   *metrics.Orchestrator
 	stageHTTP *http.Client
+	// pools are the Thinker pools, which Settled probes as serve's
+	// background probe would.
+	pools []*orchestrator.Pool
 	api       *http.Server
 	baseline  int
 }
@@ -240,6 +243,10 @@ func Start(t testing.TB, opts Options) *Deployment {
 			// The reference Thinker's middle layer, as omnipd serve uses.
 			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
 		}
+	}
+	d.pools = []*orchestrator.Pool{prefillPool, decodePool}
+	if encoderPool != nil {
+		d.pools = append(d.pools, encoderPool)
 	}
 	orch, err := orchestrator.New(ocfg)
 	if err != nil {

@@ -98,9 +98,9 @@ type Deployment struct {
 	stageHTTP *http.Client
 	// pools are the Thinker pools, which Settled probes as serve's
 	// background probe would.
-	pools []*orchestrator.Pool
-	api       *http.Server
-	baseline  int
+	pools    []*orchestrator.Pool
+	api      *http.Server
+	baseline int
 }
 
 // Worker is one Thinker worker.

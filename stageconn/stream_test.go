@@ -155,10 +155,7 @@ func TestGrowingStashTTL(t *testing.T) {
 func TestGrowingStashOverHTTP(t *testing.T) {
 	src := sample(6, 3)
 	s := NewStore(Config{ReadWait: 5 * time.Millisecond})
-	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
+	hs := serveStore(t, s)
 
 	grow(t, s, "a/b", src)
 	type result struct {
@@ -261,10 +258,7 @@ func TestReadBeforeStash(t *testing.T) {
 func TestReadSaysItWaited(t *testing.T) {
 	src := sample(3, 2)
 	s := NewStore(Config{ReadWait: 20 * time.Millisecond})
-	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
+	hs := serveStore(t, s)
 	grow(t, s, "k", src)
 	if err := s.Append("k", src.Embed[:1], src.Hidden[:1], nil); err != nil {
 		t.Fatal(err)
@@ -310,4 +304,14 @@ func TestReadBeforeOpenPastTheFirstRow(t *testing.T) {
 		}
 		s.Drop(key)
 	}
+}
+
+// serveStore serves s at Path over loopback until the test ends.
+func serveStore(t *testing.T, s *Store) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(Path+"{key}", s.Handler())
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return hs
 }

@@ -190,19 +190,6 @@ var errNoMedia = openai.InvalidRequest("messages", "this worker is an encoder (-
 // simEntry is an item's entry in simulate mode: rows of no width, as many
 // as the item's placeholders.
 func simEntry(mi mediaItem) *eccache.Entry {
-	e := &eccache.Entry{}
-	it := mi.item
-	switch it.Kind {
-	case mmproc.Audio:
-		n, _ := mmproc.AudioTokens(it.AudioFrames)
-		e.Audio = make([][]float32, n)
-	case mmproc.Image, mmproc.Video:
-		n, _ := mmproc.VisionTokens(it.Grid, mmproc.Qwen3OmniSpatialMergeSize)
-		e.Vision = make([][]float32, n)
-		if mi.videoAudio != nil {
-			a, _ := mmproc.AudioTokens(it.AudioFrames)
-			e.Audio = make([][]float32, a)
-		}
-	}
-	return e
+	audio, vision := mi.tokens()
+	return &eccache.Entry{Audio: make([][]float32, audio), Vision: make([][]float32, vision)}
 }

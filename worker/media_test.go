@@ -199,11 +199,7 @@ func TestMultimodalConditioningMergeEqualsColocated(t *testing.T) {
 		id := fmt.Sprintf("mm-cond-%d", i)
 		b := map[string]any{"messages": []any{map[string]any{"role": "user", "content": parts}}, "max_tokens": 6, "temperature": temperature, "seed": 9,
 			"mm_processor_kwargs": map[string]any{"use_audio_in_video": true}}
-		with := func(key string) map[string]any {
-			c := maps.Clone(b)
-			c["omnipd_conditioning"] = map[string]any{"key": id + key, "layer": 2}
-			return c
-		}
+		with := keeping(b, id)
 		if _, _, err := post(context.Background(), colocated.url, id, with("/colocated")); err != nil {
 			t.Fatal(err)
 		}
@@ -259,11 +255,7 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 		handles = append(handles, EncoderCacheHandle{URL: encoderWorker.url, Key: ans.Kept[0].Key})
 	}
 	b := map[string]any{"messages": []any{map[string]any{"role": "user", "content": parts}}, "max_tokens": 6, "temperature": 0.8, "seed": 5}
-	with := func(key string) map[string]any {
-		c := maps.Clone(b)
-		c["omnipd_conditioning"] = map[string]any{"key": id + key, "layer": 2}
-		return c
-	}
+	with := keeping(b, id)
 	if _, _, err := post(context.Background(), colocated.url, id, with("/colocated")); err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +298,13 @@ func mergedAndColocated(t *testing.T, id string, colocated, prefill, decode *tes
 		t.Fatal(err)
 	}
 	return merged, want
+}
+
+// keeping returns b, cloned, asking to keep its conditioning under id+key.
+func keeping(b map[string]any, id string) func(key string) map[string]any {
+	return func(key string) map[string]any {
+		c := maps.Clone(b)
+		c["omnipd_conditioning"] = map[string]any{"key": id + key, "layer": 2}
+		return c
+	}
 }

@@ -321,7 +321,7 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 	if !rm.fetched() {
 		// What the engine's encoders would work on, for the latency model
 		// in simulate mode.
-		mm.Encoding = rm.simItems(opts.SpatialMergeSize)
+		mm.Encoding = rm.simItems()
 	}
 	return tokens, mm, nil
 }
@@ -418,28 +418,34 @@ func (md *media) encodeVision(p visionproc.Patches) ([][]float32, error) {
 	return md.vision.Encode(rows, p.Grid.T, p.Grid.H, p.Grid.W)
 }
 
+// tokens are the placeholders an item fills: its audio pads (a clip's, or
+// a video's own audio heard with it) and its image or video pads.
+func (mi mediaItem) tokens() (audio, vision int) {
+	it := mi.item
+	if it.Kind == mmproc.Image || it.Kind == mmproc.Video {
+		vision, _ = mmproc.VisionTokens(it.Grid, mmproc.Qwen3OmniSpatialMergeSize)
+	}
+	if it.Kind == mmproc.Audio || mi.videoAudio != nil {
+		audio, _ = mmproc.AudioTokens(it.AudioFrames)
+	}
+	return audio, vision
+}
+
 // simItems are the request's media as the encoder latency model counts
 // them: each item's placeholder tokens (a video's own audio as an audio
 // item of its own).
-func (rm *requestMedia) simItems(mergeSize int) []simulate.EncoderItem {
+func (rm *requestMedia) simItems() []simulate.EncoderItem {
 	var items []simulate.EncoderItem
 	for _, mi := range rm.items {
-		it := mi.item
-		switch it.Kind {
-		case mmproc.Audio:
-			n, _ := mmproc.AudioTokens(it.AudioFrames)
-			items = append(items, simulate.EncoderItem{Kind: simulate.EncoderAudio, Tokens: n, Segments: 1})
-		case mmproc.Image, mmproc.Video:
-			n, _ := mmproc.VisionTokens(it.Grid, mergeSize)
-			kind, segments := simulate.EncoderImage, 1
-			if it.Kind == mmproc.Video {
-				kind, segments = simulate.EncoderVideo, it.Grid.T
-			}
-			items = append(items, simulate.EncoderItem{Kind: kind, Tokens: n, Segments: segments})
-			if mi.videoAudio != nil {
-				n, _ := mmproc.AudioTokens(it.AudioFrames) // a video's own audio
-				items = append(items, simulate.EncoderItem{Kind: simulate.EncoderAudio, Tokens: n, Segments: 1})
-			}
+		audio, vision := mi.tokens()
+		switch mi.item.Kind {
+		case mmproc.Image:
+			items = append(items, simulate.EncoderItem{Kind: simulate.EncoderImage, Tokens: vision, Segments: 1})
+		case mmproc.Video:
+			items = append(items, simulate.EncoderItem{Kind: simulate.EncoderVideo, Tokens: vision, Segments: mi.item.Grid.T})
+		}
+		if audio > 0 {
+			items = append(items, simulate.EncoderItem{Kind: simulate.EncoderAudio, Tokens: audio, Segments: 1})
 		}
 	}
 	return items
@@ -452,7 +458,7 @@ func (rm *requestMedia) simItems(mergeSize int) []simulate.EncoderItem {
 // (docs/simulate.md), one request after another as a GPU would, and
 // counts the items as encoded.
 func (md *media) simulateEncoders(ctx context.Context, p *simulate.Profile, rm *requestMedia) error {
-	d := p.Encoder.BatchTime(rm.simItems(mmproc.Qwen3OmniSpatialMergeSize))
+	d := p.Encoder.BatchTime(rm.simItems())
 	select {
 	case md.device <- struct{}{}:
 	case <-ctx.Done():

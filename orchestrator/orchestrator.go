@@ -274,9 +274,10 @@ type Result struct {
 	eventErr <-chan error
 	// release must be called when the caller is done with the result.
 	release func()
-	// quiet, when set, is told that the stage went quiet past the idle
-	// timeout mid-stream: its instance sits out.
-	quiet func()
+	// sitOut, when set, is told that the stage failed mid-stream — it went
+	// quiet past the idle timeout, or its stream broke off — so that its
+	// instance sits out.
+	sitOut func()
 }
 
 // Streaming reports whether the result is a stream (read it with Next).
@@ -296,10 +297,10 @@ func (r *Result) Next() (json.RawMessage, error) {
 		r.idle.arm()
 		ev, err := r.Stream.Next()
 		r.idle.disarm()
+		if err != nil && r.stageFailed(err) && r.sitOut != nil {
+			r.sitOut()
+		}
 		if err != nil && r.idle.fired() {
-			if r.quiet != nil {
-				r.quiet()
-			}
 			return nil, r.idle.err(err)
 		}
 		if err != nil {
@@ -317,6 +318,20 @@ func (r *Result) Next() (json.RawMessage, error) {
 	default:
 		return nil, io.EOF
 	}
+}
+
+// stageFailed reports a stream's error as the stage's own failure: it
+// went quiet, or the stream broke off — not its end, an error event the
+// stage sent, or the leg being closed by the client or the caller.
+func (r *Result) stageFailed(err error) bool {
+	var ue *stageclient.UpstreamError
+	switch {
+	case r.idle.fired():
+		return true
+	case errors.Is(err, io.EOF), errors.As(err, &ue):
+		return false
+	}
+	return r.idle == nil || r.idle.ctx.Err() == nil
 }
 
 // relay turns a relayed stream's chunk into the client's (openai.Relay).
@@ -916,11 +931,11 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 			release()
 			return nil, o.decodeFailure(in, dog, err)
 		}
-		// An instance that goes quiet mid-stream sits out, as one that goes
-		// quiet before answering does (decodeFailure): once its stalled leg
-		// ends it would look idle and draw the next requests.
-		quiet := func() { in.eject(o.now()) }
-		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID(), quiet: quiet}, nil
+		// An instance that fails mid-stream sits out, as one that fails
+		// before answering does (decodeFailure): once its broken leg ends
+		// it would look idle and draw the next requests.
+		sitOut := func() { in.eject(o.now()) }
+		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID(), sitOut: sitOut}, nil
 	}
 	resp, err := in.Client.PostWith(dog.ctx, req.path(), id, header, body)
 	release()

@@ -69,3 +69,46 @@ func TestQuietInstanceSitsOut(t *testing.T) {
 		})
 	}
 }
+
+// A Thinker instance whose stream breaks off (it died mid-answer) sits out
+// too: once its broken leg has ended it must not draw the next requests.
+func TestBrokenStreamInstanceSitsOut(t *testing.T) {
+	broken := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"))
+		_ = http.NewResponseController(w).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close() // the worker dies
+		}
+	})
+	pool := &Pool{Name: "thinker"}
+	for _, h := range []http.Handler{broken, &fakeStage{answer: toolStage}} {
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		c, err := stageclient.New(stageclient.Config{BaseURL: hs.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.Instances = append(pool.Instances, &Instance{Client: c})
+	}
+	o, err := New(Config{Decode: pool, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for i := range 6 {
+		res, err := o.Do(context.Background(), chatRequest(t, fmt.Sprintf("r-%d", i), `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := answerDocs(res); err != nil {
+			failed++
+		}
+		res.Close()
+	}
+	if failed != 1 {
+		t.Errorf("%d of 6 streams broke off; want only the first that found the dying instance", failed)
+	}
+}

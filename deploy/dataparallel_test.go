@@ -56,14 +56,14 @@ func TestLoadDataParallel(t *testing.T) {
 			t.Errorf("prefill side channel %d, decode %d; want the decode past the prefill's two ranks", p, d)
 		}
 	})
-	// Over the other connectors each half is refused at the line the user
-	// wrote the size on.
+	// Over the other connectors the size is refused once, at the line the
+	// user wrote it on: both halves have it from that one line.
 	t.Run("expanded with --pd", func(t *testing.T) {
 		for _, conn := range []string{"MooncakeConnector", "P2pNcclConnector", "MoRIIOConnector"} {
 			t.Run(conn, func(t *testing.T) {
 				_, _, errs := loadInline(t, dpThinkerConfig, deploy.Options{PD: true, Connector: conn})
-				if len(errs) != 2 {
-					t.Fatalf("got %d errors, want one per PD stage:\n%v", len(errs), errs)
+				if len(errs) != 1 {
+					t.Fatalf("got %d errors, want one for the Thinker's data_parallel_size:\n%v", len(errs), errs)
 				}
 				for i, e := range errs {
 					want := deploy.Pos{File: "deploy.yaml", Line: 6, Col: 27}
@@ -74,4 +74,34 @@ func TestLoadDataParallel(t *testing.T) {
 			})
 		}
 	})
+}
+
+// vllm-omni's data_parallel_size is pipeline-wide when written at the top
+// (DeployConfig in vllm_omni/config/stage_config.py): every stage that
+// sets none runs that many DP ranks, and the value is checked as the
+// stage's is.
+func TestLoadPipelineWideDataParallel(t *testing.T) {
+	const cfg = `
+data_parallel_size: 2
+stages:
+  - stage_id: 0
+    devices: "0,1"
+  - stage_id: 1
+    devices: "2,3"
+  - stage_id: 2
+    devices: "4,5"
+`
+	doc, _, errs := loadInline(t, cfg, deploy.Options{})
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	for _, s := range doc.Stages {
+		if s.DataParallelSize != 2 || len(s.Replicas) != 1 || len(s.Replicas[0].Devices) != 2 {
+			t.Errorf("%s: data_parallel_size %d, replicas %+v; want 2 and one replica of two devices", s.ModelStage, s.DataParallelSize, s.Replicas)
+		}
+	}
+	_, _, errs = loadInline(t, "\ndata_parallel_size: null\nstages:\n  - stage_id: 0\n  - stage_id: 1\n  - stage_id: 2\n", deploy.Options{})
+	if len(errs) != 1 || errs[0].Error() != "deploy.yaml:1:21: data_parallel_size: want an integer, got null" {
+		t.Errorf("errors %v, want data_parallel_size: want an integer, got null", errs)
+	}
 }

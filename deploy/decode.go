@@ -70,7 +70,7 @@ func (p *problems) devicesOf(n *Node, path string) ([]int, bool) {
 	case KindSeq:
 		parts := make([]string, 0, len(n.Items))
 		for i, it := range n.Items {
-			v, ok := p.nonNegIntOf(it, fmt.Sprintf("%s[%d]", path, i))
+			v, ok := p.nonNegIntOf(it, writtenPath(it, fmt.Sprintf("%s[%d]", path, i)))
 			if !ok {
 				return nil, false
 			}
@@ -106,7 +106,7 @@ func (p *problems) intListOf(n *Node, path string) ([]int, bool) {
 	out := []int{}
 	ok := true
 	for i, it := range n.Items {
-		v, good := p.intOf(it, fmt.Sprintf("%s[%d]", path, i))
+		v, good := p.intOf(it, writtenPath(it, fmt.Sprintf("%s[%d]", path, i)))
 		ok = ok && good
 		out = append(out, v)
 	}
@@ -124,7 +124,7 @@ func (p *problems) stringListOf(n *Node, path string) ([]string, bool) {
 	var out []string
 	ok := true
 	for i, it := range n.Items {
-		v, good := p.strOf(it, fmt.Sprintf("%s[%d]", path, i))
+		v, good := p.strOf(it, writtenPath(it, fmt.Sprintf("%s[%d]", path, i)))
 		ok = ok && good
 		out = append(out, v)
 	}
@@ -214,12 +214,13 @@ func (p *problems) stageConnectorsOf(n *Node, path, prefix string) []StageConnec
 	}
 	var out []StageConnector
 	for i, k := range n.Keys {
+		fp := writtenPath(n.Values[i], path+"."+k.Value)
 		id, ok := connectorKey(k.Value, prefix)
 		if !ok {
-			p.errorf(k, path+"."+k.Value, "want keys of the form %sN naming a stage id", prefix)
+			p.errorf(k, fp, "want keys of the form %sN naming a stage id", prefix)
 			continue
 		}
-		name, ok := p.strOf(n.Values[i], path+"."+k.Value)
+		name, ok := p.strOf(n.Values[i], fp)
 		if !ok {
 			continue
 		}
@@ -257,7 +258,7 @@ func (p *problems) kvConfigOf(n *Node, path string) *KVConfig {
 	kv := &KVConfig{}
 	for i, k := range n.Keys {
 		v := n.Values[i]
-		fp := path + "." + k.Value
+		fp := writtenPath(v, path+"."+k.Value)
 		switch k.Value {
 		case "kv_connector":
 			kv.Connector, _ = p.strOf(v, fp)
@@ -352,7 +353,7 @@ func (p *problems) ecConfigOf(n *Node, path string) *ECConfig {
 	}
 	for i, k := range n.Keys {
 		v := n.Values[i]
-		fp := path + "." + k.Value
+		fp := writtenPath(v, path+"."+k.Value)
 		switch k.Value {
 		case "ec_connector":
 			ec.Connector, _ = p.strOf(v, fp)

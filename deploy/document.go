@@ -77,6 +77,14 @@ type Stage struct {
 	// roleGuessed: the role was inferred after an error about it; what
 	// validation says about the guess would only repeat that error.
 	roleGuessed bool
+	// unmatched: the stage matches no pipeline stage (reported); it is in
+	// the topology only so that references to its id resolve.
+	unmatched bool
+	// origins are the values of the pd: section a stage made by PD
+	// expansion took its fields from (pd.prefill.devices, ...), by field
+	// path with indices dropped ("replicas.devices"): errors about those
+	// fields belong there, not on the Thinker the stage came from.
+	origins map[string]*Node
 	// src is the stage node the stage came from, for error positions.
 	src *Node
 }

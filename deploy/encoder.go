@@ -30,6 +30,34 @@ type encoderRequest struct {
 	extra         *Node
 	engineID      string
 	engineArgs    *Node
+	// Where num_replicas, devices, tensor_parallel_size and engine_id
+	// were written, for errors.
+	replicasNode, devicesNode, tpNode, engineIDNode *Node
+}
+
+// devicesNodeOrNil is where pd.encoder.devices was written; nil without
+// an encoder or pinned devices.
+func (r *encoderRequest) devicesNodeOrNil() *Node {
+	if r == nil {
+		return nil
+	}
+	return r.devicesNode
+}
+
+// origins are the pd.encoder values the encoder stage took its fields
+// from.
+func (r *encoderRequest) origins() map[string]*Node {
+	o := map[string]*Node{}
+	for field, n := range map[string]*Node{
+		"devices": r.devicesNode, "replicas.devices": r.devicesNode, "num_replicas": r.replicasNode,
+		"tensor_parallel_size": r.tpNode, "replicas.engine_id": r.engineIDNode,
+		"ec_transfer_config.ec_connector": r.connectorNode,
+	} {
+		if n != nil {
+			o[field] = n
+		}
+	}
+	return o
 }
 
 // encoderEngineDefaults are the engine arguments an encoder instance gets
@@ -57,7 +85,7 @@ func (p *problems) encoderOf(n *Node, path string) *encoderRequest {
 	enabled := true
 	for i, k := range n.Keys {
 		v := n.Values[i]
-		fp := path + "." + k.Value
+		fp := writtenPath(v, path+"."+k.Value)
 		switch k.Value {
 		case "enabled":
 			if b, ok := p.boolOf(v, fp); ok {
@@ -65,10 +93,13 @@ func (p *problems) encoderOf(n *Node, path string) *encoderRequest {
 			}
 		case "num_replicas":
 			req.replicas, _ = p.boundedIntOf(v, fp, maxReplicas)
+			req.replicasNode = v
 		case "devices":
 			req.devices, _ = p.devicesOf(v, fp)
+			req.devicesNode = v
 		case "tensor_parallel_size":
 			req.tp, _ = p.boundedIntOf(v, fp, topology.MaxDevices)
+			req.tpNode = v
 		case "ec_connector":
 			if s, ok := p.strOf(v, fp); ok {
 				if _, known := lookupECConnector(s); !known {
@@ -86,10 +117,14 @@ func (p *problems) encoderOf(n *Node, path string) *encoderRequest {
 				if s == "" {
 					p.errorf(v, fp, "want a non-empty engine id")
 				}
-				req.engineID = s
+				req.engineID, req.engineIDNode = s, v
 			}
 		case "engine_args":
 			if v.Kind != KindNull && p.mapOf(v, fp) {
+				for j, ak := range v.Keys {
+					av := v.Values[j]
+					p.engineArg(ak.Value, av, writtenPath(av, fp+"."+ak.Value))
+				}
 				req.engineArgs = v
 			}
 		default:
@@ -158,13 +193,13 @@ func newEncoderStage(thinker *Stage, req *encoderRequest) *Stage {
 // encoderECConnector picks the EC connector: pd.encoder's, else the one the
 // Thinker's own ec_transfer_config names, else the one that runs on the
 // same kind of engine as the KV connector kv.
-func (p *problems) encoderECConnector(thinker *Stage, ti int, req *encoderRequest, kv string) (ecConnectorSpec, bool) {
+func (p *problems) encoderECConnector(thinker *Stage, req *encoderRequest, kv string) (ecConnectorSpec, bool) {
 	name := req.connector
 	if name == "" && thinker.EC != nil && thinker.EC.Connector != "" {
 		name = thinker.EC.Connector
 		if _, ok := lookupECConnector(name); !ok {
-			p.errorf(locate(thinker.src, "ec_transfer_config.ec_connector"), fmt.Sprintf("stages[%d].ec_transfer_config.ec_connector", ti),
-				"unknown EC connector %q; omnipd can configure %s", name, quoteAll(ECConnectors()))
+			at, path := fieldAt(thinker, "ec_transfer_config.ec_connector")
+			p.errorf(at, path, "unknown EC connector %q; omnipd can configure %s", name, quoteAll(ECConnectors()))
 			return ecConnectorSpec{}, false
 		}
 	}

@@ -96,7 +96,7 @@ stages:
     is_prefill_only: true
     input_sources: [0]
 `),
-		line: 10, col: 22, path: "stages[3].is_encoder_only", code: topology.CodeEncoderDuplicate, msg: "stages[0] is already the encoder stage",
+		line: 10, col: 22, path: "stages[1].is_encoder_only", code: topology.CodeEncoderDuplicate, msg: "stage 0 is already the encoder stage",
 	},
 	{
 		name: "is_encoder_only on the talker",
@@ -197,7 +197,7 @@ stages:
 	{
 		name: "encoder on the prefill's device",
 		cfg:  epd(`    devices: "0"`, `    devices: "1"`),
-		line: 5, col: 14, path: "stages[0].devices", code: topology.CodeEncoderDevicesOverlap, msg: "the encoder and the prefill (stage 1) both use device 1",
+		line: 5, col: 14, path: "stages[0].devices", code: topology.CodeEncoderDevicesOverlap, msg: "the encoder and the prefill both use device 1",
 	},
 	{
 		name: "encoder replica without an engine id",
@@ -207,7 +207,7 @@ stages:
 	{
 		name: "encoder takes the prefill's engine id",
 		cfg:  epd("ec_role: ec_producer", "ec_role: ec_producer\n      engine_id: thinker-prefill"),
-		line: 9, col: 18, path: "stages[0].replicas[0].engine_id", code: topology.CodeEncoderEngineIDDuplicate, msg: `"thinker-prefill" is already used by stages[1].replicas[0]`,
+		line: 9, col: 18, path: "stages[0].ec_transfer_config.engine_id", code: topology.CodeEncoderEngineIDDuplicate, msg: `"thinker-prefill" is already used by the prefill's replicas[0]`,
 	},
 }
 

@@ -78,6 +78,14 @@ func (w Warning) String() string {
 type problems struct {
 	errs     Errors
 	warnings []Warning
+	// incomplete: part of the document could not be read (a base_config,
+	// the selected platform section), so only the values written are
+	// checked, not the topology they would make.
+	incomplete bool
+	// violations are the topology violations reported, by code and path,
+	// so that one mistake seen from several stages (the prefill and the
+	// decode of one Thinker) is reported once.
+	violations map[string]bool
 }
 
 func (p *problems) errorf(n *Node, path, format string, args ...any) {

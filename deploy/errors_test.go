@@ -329,7 +329,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 3, col: 15, path: "stages[0].num_replicas", code: topology.CodeNumReplicasInvalid, msg: "below 1",
+		line: 3, col: 15, path: "stages[0].replicas", code: topology.CodeNumReplicasInvalid, msg: "below 1",
 	},
 	{
 		name: "devices do not match tensor_parallel_size",
@@ -340,7 +340,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 3, col: 14, path: "stages[0].replicas[0].devices", code: topology.CodeDevicesCountMismatch, msg: "tensor_parallel_size 1",
+		line: 3, col: 14, path: "stages[0].devices", code: topology.CodeDevicesCountMismatch, msg: "tensor_parallel_size 1",
 	},
 	{
 		name: "replicas share a device",
@@ -365,7 +365,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 3, col: 14, path: "stages[0].replicas[1].devices", code: topology.CodeDeviceSharedByReplicas, msg: "shares device 0",
+		line: 3, col: 14, path: "stages[0].devices", code: topology.CodeDeviceSharedByReplicas, msg: "shares device 0",
 	},
 	{
 		name: "stage devices disagree with its replicas",
@@ -481,7 +481,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 8, col: 16, path: "stages[0].replicas[1].kv_port", code: topology.CodeKVPortInvalid, msg: "kv_port 65536 is not a TCP port",
+		line: 8, col: 16, path: "stages[0].kv_transfer_config.kv_port", code: topology.CodeKVPortInvalid, msg: "kv_port 65536 is not a TCP port",
 	},
 	{
 		name: "mooncake bootstrap port out of range",
@@ -496,7 +496,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 7, col: 9, path: "stages[0].replicas[0].kv_port", code: topology.CodeKVPortInvalid, msg: "kv_port 70000 is not a TCP port",
+		line: 7, col: 34, path: "stages[0].kv_transfer_config.kv_connector_extra_config.mooncake_bootstrap_port", code: topology.CodeKVPortInvalid, msg: "kv_port 70000 is not a TCP port",
 	},
 	{
 		name: "prefill and decode share a kv port",
@@ -519,7 +519,7 @@ stages:
   - stage_id: 2
   - stage_id: 3
 `,
-		line: 15, col: 16, path: "stages[1].replicas[0].kv_port", code: topology.CodeKVPortDuplicate, msg: "kv_port 9000 is already used by stages[0].replicas[0]",
+		line: 15, col: 16, path: "stages[1].kv_transfer_config.kv_port", code: topology.CodeKVPortDuplicate, msg: "kv_port 9000 is already used by the prefill's replicas[0]",
 	},
 	{
 		name: "decode without prefill",
@@ -589,7 +589,7 @@ stages:
   - stage_id: 3
   - stage_id: 4
 `,
-		line: 9, col: 22, path: "stages[1].is_prefill_only", code: topology.CodePDPrefillDuplicate, msg: "stages[0] is already the prefill stage",
+		line: 9, col: 22, path: "stages[1].is_prefill_only", code: topology.CodePDPrefillDuplicate, msg: "stage 0 is already the prefill stage",
 	},
 	{
 		name: "two decode stages",
@@ -614,7 +614,7 @@ stages:
   - stage_id: 3
   - stage_id: 4
 `,
-		line: 14, col: 21, path: "stages[2].is_decode_only", code: topology.CodePDDecodeDuplicate, msg: "stages[1] is already the decode stage",
+		line: 14, col: 21, path: "stages[2].is_decode_only", code: topology.CodePDDecodeDuplicate, msg: "stage 1 is already the decode stage",
 	},
 	{
 		name: "prefill flag on the Talker",
@@ -864,7 +864,7 @@ stages:
     devices: "2"
     input_sources: [2]
 `,
-		line: 14, col: 27, path: "stages[1].data_parallel_size", code: topology.CodePDDataParallelUnroutable, msg: "data_parallel_size 2 on a decode stage over LMCacheConnectorV1",
+		line: 14, col: 27, path: "stages[1].engine_args.data_parallel_size", code: topology.CodePDDataParallelUnroutable, msg: "data_parallel_size 2 on a decode stage over LMCacheConnectorV1",
 	},
 	{
 		name: "prefill and decode tensor parallel sizes differ",
@@ -1050,7 +1050,7 @@ stages:
     devices: "2"
     input_sources: [2]
 `,
-		line: 18, col: 18, path: "stages[1].replicas[0].engine_id", code: topology.CodePDEngineIDDuplicate, msg: `engine_id "thinker" is already used by stages[0].replicas[0]`,
+		line: 18, col: 18, path: "stages[1].kv_transfer_config.engine_id", code: topology.CodePDEngineIDDuplicate, msg: `engine_id "thinker" is already used by the prefill's replicas[0]`,
 	},
 	{
 		name: "prefill marked as a final output",
@@ -1525,7 +1525,7 @@ stages:
   - stage_id: 1
   - stage_id: 2
 `,
-		line: 4, col: 27, path: "stages[0].data_parallel_size", msg: "want at least 1, got 0",
+		line: 4, col: 27, path: "stages[0].engine_args.data_parallel_size", msg: "want at least 1, got 0",
 	},
 	{
 		name: "num_replicas 0",

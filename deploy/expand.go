@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -30,6 +31,7 @@ type pdRequest struct {
 	bufferSize       *Node
 	ip               string
 	port             int
+	portNode         *Node
 	extra            *Node
 	minPrefillTokens int
 	prefillRetries   int
@@ -45,6 +47,8 @@ type pdRole struct {
 	devices  []int
 	port     int
 	node     *Node
+	// Where num_replicas, devices and kv_port were written, for errors.
+	replicasNode, devicesNode, portNode *Node
 }
 
 // pdOf reads the pd: section; nil when PD is not asked for.
@@ -58,7 +62,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 		}
 		for i, k := range n.Keys {
 			v := n.Values[i]
-			fp := "pd." + k.Value
+			fp := writtenPath(v, "pd."+k.Value)
 			switch k.Value {
 			case "enabled":
 				if b, ok := p.boolOf(v, fp); ok {
@@ -88,6 +92,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 				req.ip, _ = p.strOf(v, fp)
 			case "kv_port":
 				req.port, _ = p.portOf(v, fp)
+				req.portNode = v
 			case "kv_connector_extra_config":
 				if v.Kind != KindNull && p.mapOf(v, fp) {
 					req.extra = v
@@ -161,14 +166,17 @@ func (p *problems) pdRoleOf(n *Node, path string) pdRole {
 	}
 	for i, k := range n.Keys {
 		v := n.Values[i]
-		fp := path + "." + k.Value
+		fp := writtenPath(v, path+"."+k.Value)
 		switch k.Value {
 		case "num_replicas":
 			r.replicas, _ = p.boundedIntOf(v, fp, maxReplicas)
+			r.replicasNode = v
 		case "devices":
 			r.devices, _ = p.devicesOf(v, fp)
+			r.devicesNode = v
 		case "kv_port":
 			r.port, _ = p.portOf(v, fp)
+			r.portNode = v
 		default:
 			p.unknownKey(k, fp, []string{"num_replicas", "devices", "kv_port"})
 		}
@@ -177,11 +185,10 @@ func (p *problems) pdRoleOf(n *Node, path string) pdRole {
 }
 
 // expandPD splits the Thinker into a prefill and a decode stage, or, when
-// the config already has them, checks that the pd: section agrees.
-func expandPD(doc *Document, req *pdRequest, p *problems) {
-	if e := doc.EncoderStage(); e != nil && !slices.ContainsFunc(doc.Stages, func(s *Stage) bool {
-		return s.Role == topology.RolePrefill || s.Role == topology.RoleDecode
-	}) {
+// the config already has them, checks that the pd: section agrees. It
+// reports whether it split the Thinker.
+func expandPD(doc *Document, req *pdRequest, p *problems) bool {
+	if e := encoderBesideUnsplit(doc); e != nil {
 		// omnipd splits a Thinker only as a whole; an encoder written
 		// beside an unsplit Thinker would be left feeding no prefill.
 		path := "pd"
@@ -189,7 +196,7 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 			path = "--pd"
 		}
 		p.errorf(req.node, path, "the stages have an encoder stage (stage %d) but no prefill or decode, and omnipd splits the Thinker only as a whole; drop the encoder stage and ask for it with pd.encoder, or write the prefill and decode stages too", e.ID)
-		return
+		return false
 	}
 	if doc.Disaggregated() {
 		connector := pdConnectorOf(doc)
@@ -200,23 +207,23 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 			}
 			p.errs = append(p.errs, Error{Pos: posOf(at), Path: path,
 				Msg: fmt.Sprintf("the stages are already disaggregated with %s; %s conflicts (edit the stages' kv_transfer_config instead)", connector, req.connector)})
-			return
+			return false
 		}
 		doc.PD = &PDSettings{Connector: connector, Devices: req.devices, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback, ECConnector: ecConnectorOf(doc)}
 		p.decodeOnly(connector, req)
 		p.encoderOnSplit(doc, req.encoder)
-		return
+		return false
 	}
 	ti := slices.IndexFunc(doc.Stages, func(s *Stage) bool { return s.disaggregatable })
 	if ti < 0 {
 		p.errs = append(p.errs, Error{Pos: posOf(req.node), Path: "pd", Msg: fmt.Sprintf("pipeline %s has no stage that can be split into prefill and decode", doc.Pipeline)})
-		return
+		return false
 	}
 	thinker := doc.Stages[ti]
 	if len(thinker.Endpoints) > 0 {
-		p.errorf(locate(thinker.src, "endpoints"), fmt.Sprintf("stages[%d].endpoints", ti),
-			"the Thinker runs at given endpoints, so omnipd cannot split it; write its prefill and decode stages (is_prefill_only, is_decode_only) with their own endpoints")
-		return
+		at, path := fieldAt(thinker, "endpoints")
+		p.errorf(at, path, "the Thinker runs at given endpoints, so omnipd cannot split it; write its prefill and decode stages (is_prefill_only, is_decode_only) with their own endpoints")
+		return false
 	}
 	connector := req.connector
 	if connector == "" && thinker.KV != nil && thinker.KV.Connector != "" {
@@ -227,9 +234,10 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	}
 	spec, ok := lookupKVConnector(connector)
 	if !ok {
-		p.errorf(thinker.src, fmt.Sprintf("stages[%d].kv_transfer_config.kv_connector", ti),
-			"unknown KV connector %q; omnipd can configure %s", connector, quoteAll(KVConnectors()))
-		return
+		at, path := fieldAt(thinker, "kv_transfer_config.kv_connector")
+		p.errorf(at, path, "unknown KV connector %q; omnipd can configure %s", connector, quoteAll(KVConnectors()))
+		p.decodeOnly(connector, req)
+		return false
 	}
 
 	// With an encoder the Thinker becomes three stages (encoder T,
@@ -238,8 +246,9 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	enc := req.encoder
 	var ecSpec ecConnectorSpec
 	if enc != nil {
-		if ecSpec, ok = p.encoderECConnector(thinker, ti, enc, spec.name); !ok {
-			return
+		if ecSpec, ok = p.encoderECConnector(thinker, enc, spec.name); !ok {
+			p.decodeOnly(spec.name, req)
+			return false
 		}
 	}
 	shift := 1
@@ -272,6 +281,58 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 		decode.OutputConnectors[i].Stage = remap(decode.OutputConnectors[i].Stage)
 	}
 
+	// Devices, laid out before any stage changes: encoder replicas,
+	// prefill replicas, decode replicas, then one set the downstream
+	// stages share, from the pool in order; a role the pd: section pins
+	// takes its own devices and none of the pool's. Devices per
+	// instance: a DP instance runs TP × DP ranks.
+	tp := thinker.TensorParallelSize * max(1, thinker.DataParallelSize)
+	downSize := 0
+	for _, s := range doc.Stages {
+		if s != thinker {
+			downSize = max(downSize, s.TensorParallelSize*s.NumReplicas)
+		}
+	}
+	lreq := topology.LayoutRequest{
+		TensorParallelSize: tp, PrefillReplicas: prefill.NumReplicas, DecodeReplicas: decode.NumReplicas, DownstreamSize: downSize,
+		PrefillPinned: req.prefill.devices, DecodePinned: req.decode.devices,
+	}
+	var encoder *Stage
+	if enc != nil {
+		encoder = newEncoderStage(thinker, enc)
+		encoder.ID = tid
+		prefill.InputSources = []int{encoder.ID}
+		lreq.EncoderReplicas, lreq.EncoderDevices, lreq.EncoderPinned = encoder.NumReplicas, encoder.TensorParallelSize, enc.devices
+	}
+	pool := req.devices
+	if pool == nil {
+		var named []int
+		for _, s := range doc.Stages {
+			named = append(named, s.Devices...)
+		}
+		pool = lreq.DefaultPool(named)
+	}
+	layout, err := topology.AllocatePD(pool, lreq)
+	if err != nil {
+		var pinned *topology.PinnedError
+		var at *Node
+		var path string
+		switch {
+		case errors.As(err, &pinned):
+			at = map[topology.Role]*Node{topology.RoleEncoder: enc.devicesNodeOrNil(), topology.RolePrefill: req.prefill.devicesNode, topology.RoleDecode: req.decode.devicesNode}[pinned.Role]
+			path = writtenPath(at, "pd."+pinned.Role.String()+".devices")
+		case req.devicesNode != nil:
+			at, path = req.devicesNode, writtenPath(req.devicesNode, "pd.devices")
+		case req.devices != nil:
+			path = "--devices"
+		default:
+			at, path = fieldAt(thinker, "devices")
+		}
+		p.errs = append(p.errs, Error{Pos: posOf(at), Path: path, Msg: err.Error()})
+		p.decodeOnly(spec.name, req)
+		return false
+	}
+
 	var downstream []*Stage
 	for _, s := range doc.Stages {
 		if s == thinker {
@@ -297,51 +358,6 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 			s.OutputConnectors[i].Stage = remap(s.OutputConnectors[i].Stage)
 		}
 		downstream = append(downstream, s)
-	}
-
-	// Devices: prefill replicas, then decode replicas, then one set the
-	// downstream stages share, from the pool in order.
-	// Devices per instance: a DP instance runs TP × DP ranks.
-	tp := thinker.TensorParallelSize * max(1, thinker.DataParallelSize)
-	downSize := 0
-	for _, s := range downstream {
-		downSize = max(downSize, s.TensorParallelSize*s.NumReplicas)
-	}
-	lreq := topology.LayoutRequest{TensorParallelSize: tp, PrefillReplicas: prefill.NumReplicas, DecodeReplicas: decode.NumReplicas, DownstreamSize: downSize}
-	var encoder *Stage
-	if enc != nil {
-		encoder = newEncoderStage(thinker, enc)
-		encoder.ID = tid
-		prefill.InputSources = []int{encoder.ID}
-		lreq.EncoderReplicas, lreq.EncoderDevices = encoder.NumReplicas, encoder.TensorParallelSize
-	}
-	pool := req.devices
-	if pool == nil {
-		var named []int
-		for _, s := range doc.Stages {
-			named = append(named, s.Devices...)
-		}
-		pool = topology.DefaultPool(named, lreq.Needed())
-	}
-	layout, err := topology.AllocatePD(pool, lreq)
-	if err != nil {
-		at, path := req.devicesNode, "pd.devices"
-		if at == nil && req.devices != nil {
-			path = "--devices"
-		} else if at == nil {
-			at, path = thinker.src, fmt.Sprintf("stages[%d].devices", ti)
-		}
-		p.errs = append(p.errs, Error{Pos: posOf(at), Path: path, Msg: err.Error()})
-		return
-	}
-	if req.prefill.devices != nil {
-		layout.Prefill = chunk(req.prefill.devices, tp)
-	}
-	if req.decode.devices != nil {
-		layout.Decode = chunk(req.decode.devices, tp)
-	}
-	if enc != nil && enc.devices != nil {
-		layout.Encoder = chunk(enc.devices, encoder.TensorParallelSize)
 	}
 
 	prefill.KV = injectKV(thinker.KV, spec, spec.producerRole, req)
@@ -400,6 +416,12 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 		s.Devices = unionDevices(s.Replicas)
 	}
 
+	prefill.origins = req.prefill.origins(req)
+	decode.origins = req.decode.origins(req)
+	if encoder != nil {
+		encoder.origins = enc.origins()
+	}
+
 	stages := append([]*Stage{}, doc.Stages[:ti]...)
 	if encoder != nil {
 		stages = append(stages, encoder)
@@ -409,6 +431,35 @@ func expandPD(doc *Document, req *pdRequest, p *problems) {
 	doc.Stages = stages
 	doc.PD = &PDSettings{Connector: spec.name, Devices: pool, MinPrefillTokens: req.minPrefillTokens, PrefillRetries: req.prefillRetries, Fallback: req.fallback, ECConnector: ecSpec.name}
 	p.decodeOnly(spec.name, req)
+	return true
+}
+
+// origins are the pd: values a prefill or decode stage made by expansion
+// took its fields from.
+func (r pdRole) origins(req *pdRequest) map[string]*Node {
+	o := map[string]*Node{}
+	if r.devicesNode != nil {
+		o["devices"], o["replicas.devices"] = r.devicesNode, r.devicesNode
+	}
+	if r.replicasNode != nil {
+		o["num_replicas"] = r.replicasNode
+	}
+	if port := cmp.Or(r.portNode, req.portNode); port != nil {
+		o["replicas.kv_port"] = port
+	}
+	return o
+}
+
+// encoderBesideUnsplit is the encoder stage of stages that have one but
+// no prefill or decode, which PD expansion cannot split; nil otherwise.
+func encoderBesideUnsplit(doc *Document) *Stage {
+	e := doc.EncoderStage()
+	if e == nil || slices.ContainsFunc(doc.Stages, func(s *Stage) bool {
+		return s.Role == topology.RolePrefill || s.Role == topology.RoleDecode
+	}) {
+		return nil
+	}
+	return e
 }
 
 // decodeOnlyHangs are the connectors whose decode engine cannot serve a
@@ -448,17 +499,6 @@ func firstNonZero(xs ...int) int {
 		}
 	}
 	return 0
-}
-
-func chunk(devices []int, size int) [][]int {
-	var out [][]int
-	for i := 0; i+size <= len(devices); i += size {
-		out = append(out, slices.Clone(devices[i:i+size]))
-	}
-	if rem := len(devices) % size; rem != 0 || len(out) == 0 {
-		out = append(out, slices.Clone(devices[len(devices)-rem:]))
-	}
-	return out
 }
 
 func setReplicas(s *Stage, sets [][]int, basePort int, spec kvConnectorSpec) {

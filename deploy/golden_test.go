@@ -47,6 +47,7 @@ func goldenCases() []goldenCase {
 		{name: "epd", file: "testdata/expand/epd.yaml"},
 		{name: "epd_2e_mooncake", file: "testdata/expand/epd_2e_mooncake.yaml"},
 		{name: "handwritten_epd", file: "testdata/expand/handwritten_epd.yaml"},
+		{name: "epd_pinned_encoder", file: "testdata/expand/epd_pinned_encoder.yaml"},
 	}
 	for _, c := range deploy.KVConnectors() {
 		cases = append(cases, goldenCase{

@@ -54,9 +54,13 @@ func LoadFile(path string, opts Options) (*Document, []Warning, error) {
 func Load(name string, data []byte, opts Options) (*Document, []Warning, error) {
 	p := &problems{}
 	root := readDocument(name, data, opts, p, nil)
-	if len(p.errs) > 0 {
+	if root == nil {
 		return nil, p.warnings, p.errs.sorted()
 	}
+	// A base_config that could not be read leaves the document
+	// incomplete: what it says about the topology may follow from the
+	// missing part, what it says about the values written here does not.
+	p.incomplete = len(p.errs) > 0
 	root = applyPlatform(root, opts.Platform, p)
 	doc := resolve(root, opts, p)
 	if len(p.errs) > 0 {
@@ -106,6 +110,7 @@ func readDocument(name string, data []byte, opts Options, p *problems, seen []st
 		p.errorf(root, "", "the deploy config is %s; want a mapping with stages:", root.Kind)
 		return nil
 	}
+	markStages(root)
 	root = migrateLegacy(root, p)
 
 	base := root.Get("base_config")
@@ -228,8 +233,10 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 	root.Delete("platforms")
 	if plats != nil && plats.Kind != KindMap && plats.Kind != KindNull {
 		p.errorf(plats, "platforms", "want a mapping of platform name to overrides, got %s", plats.Kind)
+		p.incomplete = p.incomplete || platform != ""
 		return root
 	}
+	p.otherPlatforms(plats, platform)
 	if platform == "" {
 		return root
 	}
@@ -250,10 +257,12 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 		} else {
 			p.errorf(at, "platforms", "--platform %s: no such platform section; the config has %s", platform, quoteAll(names))
 		}
+		p.incomplete = true
 		return root
 	}
 	if sec.Kind != KindMap {
 		p.errorf(sec, "platforms."+platform, "want a mapping with stages:, got %s", sec.Kind)
+		p.incomplete = true
 		return root
 	}
 	sec = sec.Clone()
@@ -262,7 +271,7 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 		kept := ps.Items[:0]
 		for i, s := range ps.Items {
 			id, ok := stageIDOf(s)
-			path := fmt.Sprintf("platforms.%s.stages[%d].stage_id", platform, i)
+			path := writtenPath(s, fmt.Sprintf("platforms.%s.stages[%d]", platform, i)) + ".stage_id"
 			if !ok {
 				p.errorf(s, path, "want an integer stage_id naming a stage to override")
 				continue
@@ -284,4 +293,37 @@ func applyPlatform(root *Node, platform string, p *problems) *Node {
 		ps.Items = kept
 	}
 	return overlay(root, sec)
+}
+
+// otherPlatforms checks the values written in the platform sections this
+// run does not apply: they are part of the file, and a mistake in one
+// should not wait for the run that selects it. The selected section's
+// values are checked once merged into the stages.
+func (p *problems) otherPlatforms(plats *Node, selected string) {
+	if plats == nil || plats.Kind != KindMap {
+		return
+	}
+	for i, name := range plats.Keys {
+		sec := plats.Values[i]
+		if name.Value == selected || sec.Kind != KindMap {
+			continue
+		}
+		for j, k := range sec.Keys {
+			v := sec.Values[j]
+			path := writtenPath(v, "platforms."+name.Value+"."+k.Value)
+			if k.Value != "stages" {
+				p.engineArg(k.Value, v, path)
+				continue
+			}
+			if v.Kind != KindSeq {
+				continue
+			}
+			for si, st := range v.Items {
+				sp := writtenPath(st, fmt.Sprintf("%s[%d]", path, si))
+				if st.Kind == KindMap {
+					p.stageFields(&rawStage{node: st, path: sp, engineArgs: newMap(st.Pos)}, st, sp)
+				}
+			}
+		}
+	}
 }

@@ -38,6 +38,7 @@ func migrateLegacy(root *Node, p *problems) *Node {
 		switch k.Value {
 		case "stage_args":
 			stages := newSeq(v.Pos)
+			stages.path = v.path
 			for j, s := range v.Items {
 				stages.Items = append(stages.Items, migrateStage(s, fmt.Sprintf("stage_args[%d]", j), dropped, p))
 			}
@@ -81,11 +82,13 @@ func migrateStage(s *Node, path string, dropped map[string]bool, p *problems) *N
 		return s
 	}
 	out := newMap(s.Pos)
+	// The migrated stage is still the stage_args: entry the user wrote.
+	out.path, out.stage = s.path, s.stage
 	add := func(k *Node, v *Node, name string) {
 		if out.Get(name) != nil {
 			return
 		}
-		out.Keys = append(out.Keys, &Node{Kind: KindScalar, Tag: "!!str", Value: name, Pos: k.Pos})
+		out.Keys = append(out.Keys, &Node{Kind: KindScalar, Tag: "!!str", Value: name, Pos: k.Pos, path: k.path, stage: k.stage})
 		out.Values = append(out.Values, v)
 	}
 	var engineArgs, runtime *Node

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -42,7 +41,8 @@ func (p *problems) moriioReadModes(doc *Document) {
 	if dn == nil || dn.Pos == (Pos{}) {
 		at, here, other, otherName = prefill, pn, dn, "decode"
 	}
-	p.errorf(here, fmt.Sprintf("stages[%d].kv_transfer_config.kv_connector_extra_config.read_mode", at),
+	_, path := fieldAt(doc.Stages[at], "kv_transfer_config.kv_connector_extra_config.read_mode")
+	p.errorf(here, writtenPath(here, path),
 		"read_mode %s (%s) differs from the %s's %s (%s); MoRIIO's prefill and decode must use the same mode, so set read_mode alike on both",
 		describeReadMode(here), moriioModeName(here), otherName, describeReadMode(other), moriioModeName(other))
 }

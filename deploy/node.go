@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -63,6 +64,15 @@ type Node struct {
 	Values []*Node
 	Items  []*Node
 	Pos    Pos
+
+	// path is where the value was written within its file, as the user
+	// spells it ("stages[1].engine_args.max_num_seqs",
+	// "platforms.npu.stages[0].devices", "stage_args[2].runtime.devices");
+	// empty for values omnipd made. stage is the path of the stage entry
+	// the value was written in ("stages[1]"), empty outside one. Errors
+	// name these rather than where the value ended up after overlays,
+	// migration and PD expansion.
+	path, stage string
 }
 
 // maxNodes bounds the tree built from one document, so that alias expansion
@@ -145,11 +155,11 @@ func (c *converter) convert(y *yaml.Node, path string, depth int) (*Node, error)
 		return n, nil
 	case yaml.ScalarNode:
 		if y.Tag == "!!null" {
-			return &Node{Kind: KindNull, Pos: pos}, nil
+			return &Node{Kind: KindNull, Pos: pos, path: path}, nil
 		}
-		return &Node{Kind: KindScalar, Tag: y.Tag, Value: y.Value, Pos: pos}, nil
+		return &Node{Kind: KindScalar, Tag: y.Tag, Value: y.Value, Pos: pos, path: path}, nil
 	case yaml.SequenceNode:
-		n := &Node{Kind: KindSeq, Pos: pos}
+		n := &Node{Kind: KindSeq, Pos: pos, path: path}
 		for i, item := range y.Content {
 			v, err := c.convert(item, fmt.Sprintf("%s[%d]", path, i), depth+1)
 			if err != nil {
@@ -159,20 +169,26 @@ func (c *converter) convert(y *yaml.Node, path string, depth int) (*Node, error)
 		}
 		return n, nil
 	case yaml.MappingNode:
-		n := &Node{Kind: KindMap, Pos: pos}
+		n := &Node{Kind: KindMap, Pos: pos, path: path}
 		var merges []*Node
 		for i := 0; i+1 < len(y.Content); i += 2 {
-			k, err := c.convert(y.Content[i], path, depth+1)
+			if y.Content[i].Tag == "!!merge" {
+				// The merged entries belong to this mapping, so they
+				// take its path, not one under "<<".
+				v, err := c.convertMerge(y.Content[i+1], path, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				merges = append(merges, v...)
+				continue
+			}
+			k, err := c.convert(y.Content[i], joinPath(path, y.Content[i].Value), depth+1)
 			if err != nil {
 				return nil, err
 			}
 			v, err := c.convert(y.Content[i+1], joinPath(path, y.Content[i].Value), depth+1)
 			if err != nil {
 				return nil, err
-			}
-			if y.Content[i].Tag == "!!merge" {
-				merges = append(merges, v)
-				continue
 			}
 			if k.Kind != KindScalar {
 				return nil, Errors{{Pos: k.Pos, Path: path, Msg: "mapping keys must be scalars"}}
@@ -184,26 +200,44 @@ func (c *converter) convert(y *yaml.Node, path string, depth int) (*Node, error)
 			n.Values = append(n.Values, v)
 		}
 		// YAML merge keys: explicit entries win over merged ones.
-		for _, m := range merges {
-			sources := []*Node{m}
-			if m.Kind == KindSeq {
-				sources = m.Items
+		for _, src := range merges {
+			if src.Kind != KindMap {
+				return nil, Errors{{Pos: src.Pos, Path: path, Msg: "a merge key (<<) must refer to a mapping"}}
 			}
-			for _, src := range sources {
-				if src.Kind != KindMap {
-					return nil, Errors{{Pos: src.Pos, Path: path, Msg: "a merge key (<<) must refer to a mapping"}}
-				}
-				for i, k := range src.Keys {
-					if n.Get(k.Value) == nil {
-						n.Keys = append(n.Keys, k)
-						n.Values = append(n.Values, src.Values[i])
-					}
+			for i, k := range src.Keys {
+				if n.Get(k.Value) == nil {
+					n.Keys = append(n.Keys, k)
+					n.Values = append(n.Values, src.Values[i])
 				}
 			}
 		}
 		return n, nil
 	}
-	return &Node{Kind: KindNull, Pos: pos}, nil
+	return &Node{Kind: KindNull, Pos: pos, path: path}, nil
+}
+
+// convertMerge converts the value of a merge key (<<): one mapping or a
+// list of them, each converted as part of the mapping at path.
+func (c *converter) convertMerge(y *yaml.Node, path string, depth int) ([]*Node, error) {
+	if y.Kind == yaml.AliasNode && y.Alias != nil {
+		y = y.Alias
+	}
+	if y.Kind != yaml.SequenceNode {
+		n, err := c.convert(y, path, depth)
+		if err != nil {
+			return nil, err
+		}
+		return []*Node{n}, nil
+	}
+	var out []*Node
+	for _, item := range y.Content {
+		n, err := c.convert(item, path, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func joinPath(path, key string) string {
@@ -247,7 +281,7 @@ func (n *Node) Set(key string, v *Node) {
 			return
 		}
 	}
-	n.Keys = append(n.Keys, &Node{Kind: KindScalar, Tag: "!!str", Value: key, Pos: v.Pos})
+	n.Keys = append(n.Keys, &Node{Kind: KindScalar, Tag: "!!str", Value: key, Pos: v.Pos, path: v.path, stage: v.stage})
 	n.Values = append(n.Values, v)
 }
 
@@ -439,4 +473,42 @@ func (n *Node) writeJSON(buf *bytes.Buffer) error {
 		buf.WriteString("null")
 	}
 	return nil
+}
+
+// markStages records, on every value of each stage entry a deploy file
+// holds (stages:, the legacy stage_args:, each platform's stages:), the
+// path of that entry, so that an error about a field the user did not
+// write can still name the stage as they wrote it.
+func markStages(root *Node) {
+	mark := func(list *Node) {
+		if list == nil || list.Kind != KindSeq {
+			return
+		}
+		for _, it := range list.Items {
+			it.setStage(it.path)
+		}
+	}
+	mark(root.Get("stages"))
+	mark(root.Get("stage_args"))
+	if plats := root.Get("platforms"); plats != nil && plats.Kind == KindMap {
+		for _, sec := range plats.Values {
+			mark(sec.Get("stages"))
+		}
+	}
+}
+
+func (n *Node) setStage(stage string) {
+	n.stage = stage
+	for _, c := range slices.Concat(n.Keys, n.Values, n.Items) {
+		c.setStage(stage)
+	}
+}
+
+// writtenPath is the path of what the user wrote at n, or fallback when
+// omnipd made the value.
+func writtenPath(n *Node, fallback string) string {
+	if n != nil && n.path != "" {
+		return n.path
+	}
+	return fallback
 }

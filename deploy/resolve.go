@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/omnipd/omnipd/topology"
 )
@@ -82,76 +83,214 @@ func resolve(root *Node, opts Options, p *problems) *Document {
 			p.warnf(k, "edges", "ignored: edges follow from each stage's input sources")
 		default:
 			if slices.Contains(stageKnownKeys, k.Value) {
-				p.errorf(k, k.Value, "%s is a stage key; set it on the stages it applies to", k.Value)
+				p.errorf(k, writtenPath(k, k.Value), "%s is a stage key; set it on the stages it applies to", k.Value)
 				continue
 			}
 			if s := closest(k.Value, topKnownKeys); s != "" && editDistance(k.Value, s) <= 1 {
-				p.warnf(k, k.Value, "unknown key %q is applied to every stage as an engine argument; did you mean %q?", k.Value, s)
+				p.warnf(k, writtenPath(k, k.Value), "unknown key %q is applied to every stage as an engine argument; did you mean %q?", k.Value, s)
 			}
+			if k.Value == "data_parallel_size" {
+				// Pipeline-wide in vllm-omni's DeployConfig; omnipd lays
+				// out and routes the ranks, so it must be a size.
+				if _, ok := p.boundedIntOf(v, writtenPath(v, k.Value), topology.MaxDevices); !ok {
+					continue
+				}
+			}
+			p.engineArg(k.Value, v, writtenPath(v, k.Value))
 			pipelineWide.Set(k.Value, v)
 		}
 	}
-	pipe, ok := LookupPipeline(pipelineName)
-	if !ok {
+	pipe, pipeOK := LookupPipeline(pipelineName)
+	if !pipeOK {
 		p.errorf(pipelineNode, "pipeline", "unknown pipeline %q; omnipd has %s", pipelineName, quoteAll(Pipelines()))
-		return nil
 	}
 	if stagesNode == nil {
-		p.errorf(root, "stages", "missing: a deploy config needs a stages: list")
+		if !p.incomplete {
+			p.errorf(root, "stages", "missing: a deploy config needs a stages: list")
+		}
+		p.pdOf(pdNode, opts) // still report the pd: section's own mistakes
 		return nil
 	}
 	if stagesNode.Kind != KindSeq || len(stagesNode.Items) == 0 {
 		p.errorf(stagesNode, "stages", "want a non-empty list of stages, got %s", describe(stagesNode))
+		p.pdOf(pdNode, opts)
 		return nil
 	}
+	// Every stage's own values are read whatever else is wrong: they are
+	// mistakes of their own.
 	var raws []*rawStage
+	var gaps stageGaps
 	seen := map[int]*rawStage{}
-	unidentified := false
 	for i, sn := range stagesNode.Items {
-		r := p.rawStageOf(sn, fmt.Sprintf("stages[%d]", i))
+		r := p.rawStageOf(sn, writtenPath(sn, fmt.Sprintf("stages[%d]", i)))
 		if r == nil || !r.idOK {
 			// Without an id a stage cannot be matched to the pipeline;
 			// guessing would only add misleading errors.
-			unidentified = true
+			gaps.unidentified = true
 			continue
 		}
-		if prev, dup := seen[r.id]; dup && r.idOK {
-			p.errorf(r.node.Get("stage_id"), r.path+".stage_id", "stage %d is defined twice (first at %s)", r.id, prev.node.Pos)
+		if prev, dup := seen[r.id]; dup {
+			p.errorf(r.node.Get("stage_id"), writtenPath(r.node.Get("stage_id"), r.path+".stage_id"), "stage %d is defined twice (first at %s)", r.id, prev.node.Pos)
+			gaps.duplicate = true
 			continue
 		}
 		seen[r.id] = r
 		raws = append(raws, r)
 	}
 	slices.SortStableFunc(raws, func(a, b *rawStage) int { return a.id - b.id })
-	if unidentified {
-		p.pdOf(pdNode, opts) // still report the pd: section's own mistakes
+	pd := p.pdOf(pdNode, opts)
+	if !pipeOK || p.incomplete || len(raws) == 0 {
 		return nil
 	}
 
 	// Keep going after mistakes in single fields: the stages still resolve
 	// with defaults in their place, and the topology check finds the rest.
-	pd := p.pdOf(pdNode, opts)
-	doc.Stages = p.applyPipeline(pipe, stagesNode, raws, pipelineWide, doc)
+	doc.Stages = p.applyPipeline(pipe, stagesNode, raws, pipelineWide, doc, &gaps)
 	if doc.Stages == nil {
 		return nil
 	}
 	doc.stagesKey = root.KeyNode("stages")
-	if pd != nil && !pd.invalid {
-		before := len(p.errs)
-		expandPD(doc, pd, p)
-		if len(p.errs) > before {
-			return nil
-		}
-	} else if doc.Disaggregated() {
-		if opts.Colocated {
-			p.errorf(stagesNode, "stages", "the Thinker is already split into prefill and decode stages, so it cannot be served colocated; serve a config with one Thinker stage")
-			return nil
-		}
-		doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries, ECConnector: ecConnectorOf(doc)}
-	}
-	p.validate(doc)
+	p.checkTopology(doc, pd, opts, &gaps)
 	return doc
 }
+
+// checkTopology validates the stages as written and, when the Thinker is
+// to be split, splits it and validates the result. Violations that concern
+// references between stages (input sources, stage connectors) are taken
+// from the stages as written, whose ids are the user's; the rest from the
+// expanded stages, where PD's devices, KV settings and engine ids exist.
+func (p *problems) checkTopology(doc *Document, pd *pdRequest, opts Options, gaps *stageGaps) {
+	written := slices.Clone(doc.Stages)
+	writtenViolations := topology.Validate(doc.Topology())
+	split := pd != nil && !pd.invalid && !doc.Disaggregated()
+	switch {
+	case split && gaps.none():
+		p.report(doc, written, writtenViolations, gaps, writtenCode)
+		if expandPD(doc, pd, p) {
+			p.report(doc, doc.Stages, topology.Validate(doc.Topology()), gaps, expandedCode)
+		}
+	case split:
+		// The stages to split are not all there: report what the stages
+		// as written show, and what the pd: section says on its own.
+		p.report(doc, written, writtenViolations, gaps, writtenCode)
+		if pd.connector != "" {
+			p.decodeOnly(pd.connector, pd)
+		}
+	default:
+		keep := func(string) bool { return true }
+		if pd != nil && !pd.invalid {
+			if encoderBesideUnsplit(doc) != nil {
+				// Said by expandPD, in terms of the pd: section.
+				keep = func(code string) bool { return code != topology.CodeEncoderWithoutPD }
+			}
+			expandPD(doc, pd, p)
+		} else if doc.Disaggregated() {
+			if opts.Colocated {
+				p.errorf(doc.stagesKey, "stages", "the Thinker is already split into prefill and decode stages, so it cannot be served colocated; serve a config with one Thinker stage")
+			}
+			doc.PD = &PDSettings{Connector: pdConnectorOf(doc), PrefillRetries: defaultPrefillRetries, ECConnector: ecConnectorOf(doc)}
+		}
+		p.report(doc, written, writtenViolations, gaps, keep)
+	}
+	p.moriioReadModes(doc)
+	p.encoderEngineFlags(doc)
+}
+
+// stageGaps records what kept some stages out of the topology, so that
+// the violations that follow from it are not reported as mistakes of
+// their own.
+type stageGaps struct {
+	// unidentified: a stage has no usable stage_id; any reference to a
+	// stage id that does not exist may have meant it.
+	unidentified bool
+	// duplicate: a stage repeats another's stage_id and is left out.
+	duplicate bool
+	// unmatched: a stage matches no stage of the pipeline (it stays in the
+	// topology, but nothing is checked about it).
+	unmatched bool
+	// absent: the config lacks stages the pipeline needs. missing are
+	// the stage ids they would take (those no stage has), to which a
+	// reference is no mistake of its own; missingFinal: one of them is a
+	// final output.
+	absent       bool
+	missing      []int
+	missingFinal bool
+}
+
+func (g *stageGaps) none() bool {
+	return !g.unidentified && !g.duplicate && !g.unmatched && !g.absent
+}
+
+// unaccounted is whether a stage the config has is not in the topology as
+// what it is: it may be the one a "missing" violation asks for.
+func (g *stageGaps) unaccounted() bool { return g.unidentified || g.duplicate || g.unmatched }
+
+// counterpartCodes are violations that say a stage is missing its
+// counterpart, which may be a stage left out of the topology.
+var counterpartCodes = []string{
+	topology.CodePDPrefillMissing, topology.CodePDDecodeMissing, topology.CodeEncoderWithoutPD,
+	topology.CodeEncoderFeedsNothing, topology.CodePDDecodeInputMissing,
+}
+
+// hides is whether v may follow from a gap rather than be a mistake of its
+// own.
+func (g *stageGaps) hides(v topology.Violation, stages []*Stage) bool {
+	switch {
+	case v.Code == topology.CodeNoFinalOutput:
+		return g.missingFinal || g.unaccounted()
+	case slices.Contains(counterpartCodes, v.Code):
+		return g.unaccounted()
+	case v.Code == topology.CodeInputSourceUnknown || v.Code == topology.CodeOutputConnectorUnknownStage:
+		if g.unidentified {
+			return true
+		}
+		id, ok := referencedStage(v, stages)
+		return ok && slices.Contains(g.missing, id)
+	}
+	return false
+}
+
+// referencedStage is the stage id an input-source or output-connector
+// violation names.
+func referencedStage(v topology.Violation, stages []*Stage) (int, bool) {
+	if v.Stage < 0 || v.Stage >= len(stages) {
+		return 0, false
+	}
+	if rest, ok := strings.CutPrefix(v.Field, "input_sources["); ok {
+		k, err := strconv.Atoi(strings.TrimSuffix(rest, "]"))
+		if err != nil || k < 0 || k >= len(stages[v.Stage].InputSources) {
+			return 0, false
+		}
+		return stages[v.Stage].InputSources[k], true
+	}
+	if rest, ok := strings.CutPrefix(v.Field, "output_connectors."); ok {
+		return connectorKey(rest, "to_stage_")
+	}
+	return 0, false
+}
+
+// referenceCodes are the violations about references between stages. They
+// are read off the stages as written: PD expansion renumbers the stages
+// after the Thinker and rewires what read from it, and an error about a
+// reference must name the ids the user wrote.
+var referenceCodes = []string{
+	topology.CodeInputSourceUnknown, topology.CodeInputSourceSelf, topology.CodeInputSourceDuplicate,
+	topology.CodeInputCycle, topology.CodeInputConnectorNotInput, topology.CodeOutputConnectorUnknownStage,
+	topology.CodeOutputConnectorNotInput, topology.CodeConnectorUndefined,
+}
+
+// writtenCode is whether the stages as written are where a violation with
+// this code is read when the Thinker is to be split: references, and the
+// final output types, which expansion keeps as they are (and so can be
+// reported even when the split cannot be made).
+func writtenCode(code string) bool {
+	return slices.Contains(referenceCodes, code) ||
+		code == topology.CodeFinalOutputTypeMissing || code == topology.CodeFinalOutputTypeUnknown
+}
+
+// expandedCode is whether a violation with this code is read off the
+// expanded stages.
+func expandedCode(code string) bool { return !slices.Contains(referenceCodes, code) }
 
 // Disaggregated reports whether d has a prefill or decode stage.
 func (d *Document) Disaggregated() bool {
@@ -187,7 +326,7 @@ func (p *problems) connectorsOf(n *Node) []Connector {
 	var out []Connector
 	for i, k := range n.Keys {
 		v := n.Values[i]
-		path := "connectors." + k.Value
+		path := writtenPath(v, "connectors."+k.Value)
 		if !p.mapOf(v, path) {
 			continue
 		}
@@ -196,13 +335,13 @@ func (p *problems) connectorsOf(n *Node) []Connector {
 			cv := v.Values[j]
 			switch ck.Value {
 			case "name":
-				c.Class, _ = p.strOf(cv, path+".name")
+				c.Class, _ = p.strOf(cv, writtenPath(cv, path+".name"))
 			case "extra":
-				if cv.Kind != KindNull && p.mapOf(cv, path+".extra") {
+				if cv.Kind != KindNull && p.mapOf(cv, writtenPath(cv, path+".extra")) {
 					c.Extra = cv.Clone()
 				}
 			default:
-				p.unknownKey(ck, path+"."+ck.Value, []string{"name", "extra"})
+				p.unknownKey(ck, writtenPath(ck, path+"."+ck.Value), []string{"name", "extra"})
 			}
 		}
 		if c.Class == "" {
@@ -213,6 +352,8 @@ func (p *problems) connectorsOf(n *Node) []Connector {
 	return out
 }
 
+// rawStageOf reads a stage entry; path is where it was written. nil when
+// the entry is not a mapping.
 func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 	if !p.mapOf(n, path) {
 		return nil
@@ -221,14 +362,21 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 	idNode := n.Get("stage_id")
 	if idNode == nil {
 		p.errorf(n, path+".stage_id", "missing: every stage needs a stage_id")
-	} else if id, ok := p.nonNegIntOf(idNode, path+".stage_id"); ok {
+	} else if id, ok := p.nonNegIntOf(idNode, writtenPath(idNode, path+".stage_id")); ok {
 		r.id, r.idOK = id, true
 	}
+	p.stageFields(r, n, path)
+	return r
+}
+
+// stageFields reads the keys of stage entry n (all but stage_id) into r,
+// reporting each value of the wrong type.
+func (p *problems) stageFields(r *rawStage, n *Node, path string) {
 	// runtime: and engine_args: are vllm-omni's nested spellings of stage
 	// keys; flatten them first so that the stage's own keys win.
 	flat := newMap(n.Pos)
 	for _, nested := range []string{"engine_args", "runtime"} {
-		if v := n.Get(nested); v != nil && v.Kind != KindNull && p.mapOf(v, path+"."+nested) {
+		if v := n.Get(nested); v != nil && v.Kind != KindNull && p.mapOf(v, writtenPath(v, path+"."+nested)) {
 			for i, k := range v.Keys {
 				flat.Keys = append(flat.Keys, k)
 				flat.Values = append(flat.Values, v.Values[i])
@@ -247,7 +395,7 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 	}
 	for i, k := range flat.Keys {
 		v := flat.Values[i]
-		fp := path + "." + k.Value
+		fp := writtenPath(v, path+"."+k.Value)
 		switch k.Value {
 		case "stage_id":
 		case "model_stage":
@@ -298,7 +446,7 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 			if v.Kind != KindNull && p.mapOf(v, fp) {
 				for j, ek := range v.Keys {
 					if ev := v.Values[j]; ev.Kind != KindScalar {
-						p.errorf(ev, fp+"."+ek.Value, "want a string value, got %s", describe(ev))
+						p.errorf(ev, writtenPath(ev, fp+"."+ek.Value), "want a string value, got %s", describe(ev))
 					}
 				}
 				r.env = v.Clone()
@@ -311,20 +459,22 @@ func (p *problems) rawStageOf(n *Node, path string) *rawStage {
 			if s := closest(k.Value, stageKnownKeys); s != "" && !slices.Contains(engineArgsNearStageKeys, k.Value) {
 				p.warnf(k, fp, "unknown key %q is passed to the engine as an argument; did you mean %q?", k.Value, s)
 			}
+			p.engineArg(k.Value, v, fp)
 			r.engineArgs.Set(k.Value, v.Clone())
 		}
 	}
 	if r.prefillOnly && r.decodeOnly {
-		p.errorf(n.Get("is_decode_only"), path+".is_decode_only", "a stage cannot be both is_prefill_only and is_decode_only")
+		at := flat.Get("is_decode_only")
+		p.errorf(at, writtenPath(at, path+".is_decode_only"), "a stage cannot be both is_prefill_only and is_decode_only")
 	}
 	if r.encoderOnly && (r.prefillOnly || r.decodeOnly) {
 		other := "is_prefill_only"
 		if r.decodeOnly {
 			other = "is_decode_only"
 		}
-		p.errorf(flat.Get("is_encoder_only"), path+".is_encoder_only", "a stage cannot be both is_encoder_only and %s: the encoder is a stage of its own, in front of the prefill", other)
+		at := flat.Get("is_encoder_only")
+		p.errorf(at, writtenPath(at, path+".is_encoder_only"), "a stage cannot be both is_encoder_only and %s: the encoder is a stage of its own, in front of the prefill", other)
 	}
-	return r
 }
 
 func (p *problems) replicasOf(n *Node, path string) ([]topology.Replica, bool) {
@@ -338,14 +488,14 @@ func (p *problems) replicasOf(n *Node, path string) ([]topology.Replica, bool) {
 	}
 	var out []topology.Replica
 	for i, it := range n.Items {
-		rp := fmt.Sprintf("%s[%d]", path, i)
+		rp := writtenPath(it, fmt.Sprintf("%s[%d]", path, i))
 		if !p.mapOf(it, rp) {
 			continue
 		}
 		var r topology.Replica
 		for j, k := range it.Keys {
 			v := it.Values[j]
-			fp := rp + "." + k.Value
+			fp := writtenPath(v, rp+"."+k.Value)
 			switch k.Value {
 			case "devices":
 				r.Devices, _ = p.devicesOf(v, fp)
@@ -372,7 +522,7 @@ func (p *problems) replicasOf(n *Node, path string) ([]topology.Replica, bool) {
 // applyPipeline matches each stage to its pipeline stage, picks the pipeline
 // variant the stages make up, detects prefill/decode roles and fills in what
 // the pipeline owns.
-func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawStage, pipelineWide *Node, doc *Document) []*Stage {
+func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawStage, pipelineWide *Node, doc *Document, gaps *stageGaps) []*Stage {
 	thinker := ""
 	for _, ps := range pipe.Stages {
 		if ps.Disaggregatable() {
@@ -393,22 +543,23 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			thinkerIDs = append(thinkerIDs, r.id)
 		}
 	}
+	full := fullPipelineOf(pipe)
+	// A stage matched to no pipeline stage stays in the topology, so that
+	// references to its id resolve, but nothing is checked about it.
+	unmatched := map[*rawStage]bool{}
 	var modelStages []string
 	for _, r := range raws {
 		switch {
 		case r.modelStage != "":
-			if _, ok := pipe.stage(r.modelStage); !ok {
-				if full := fullPipelineOf(pipe); full != nil {
-					if _, ok := full.stage(r.modelStage); ok {
-						break
-					}
-				}
+			if _, ok := full.stage(r.modelStage); !ok {
 				var names []string
-				for _, s := range fullPipelineOf(pipe).Stages {
+				for _, s := range full.Stages {
 					names = append(names, s.ModelStage)
 				}
-				p.errorf(r.node.Get("model_stage"), r.path+".model_stage", "pipeline %s has no model stage %q; it has %s", pipe.Name, r.modelStage, quoteAll(names))
+				at := r.node.Get("model_stage")
+				p.errorf(at, writtenPath(at, r.path+".model_stage"), "pipeline %s has no model stage %q; it has %s", pipe.Name, r.modelStage, quoteAll(names))
 				r.modelStage = ""
+				unmatched[r] = true
 				continue
 			}
 		case pdMarked(r) && thinker != "":
@@ -423,36 +574,55 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 				}
 			}
 			pid := r.id - max(0, shift-1)
-			ps, ok := fullPipelineOf(pipe).stageByID(pid)
+			ps, ok := full.stageByID(pid)
 			if !ok {
-				p.errorf(r.node.Get("stage_id"), r.path+".stage_id", "pipeline %s has no stage %d; set model_stage to say which stage this is", pipe.Name, pid)
+				at := r.node.Get("stage_id")
+				msg := fmt.Sprintf("pipeline %s has no stage %d; set model_stage to say which stage this is", pipe.Name, pid)
+				if pid != r.id {
+					msg = fmt.Sprintf("stage %d would be stage %d of pipeline %s (counting the Thinker's copies as one), which has none; set model_stage to say which stage this is", r.id, pid, pipe.Name)
+				}
+				p.errorf(at, writtenPath(at, r.path+".stage_id"), "%s", msg)
+				unmatched[r] = true
 				continue
 			}
 			r.modelStage = ps.ModelStage
 		}
 		modelStages = append(modelStages, r.modelStage)
 	}
-	if len(modelStages) != len(raws) {
-		return nil
-	}
-	variant := variantFor(fullPipelineOf(pipe), modelStages)
+	gaps.unmatched = len(unmatched) > 0
+	variant := variantFor(full, modelStages)
 	if variant != nil && pipe.Name != pipe.Family && variant != pipe {
 		var names []string
 		for _, s := range pipe.Stages {
 			names = append(names, s.ModelStage)
 		}
 		p.errorf(stagesNode, "stages", "pipeline %s has only %s; name pipeline %s for the other stages", pipe.Name, quoteAll(names), variant.Name)
-		return nil
 	}
 	if variant == nil {
+		// The stages that are there are still checked, against the full
+		// pipeline; what the missing ones would be is left alone.
 		var missing []string
-		for _, s := range fullPipelineOf(pipe).Stages {
-			if !slices.Contains(modelStages, s.ModelStage) {
-				missing = append(missing, s.ModelStage)
+		for _, s := range full.Stages {
+			if slices.Contains(modelStages, s.ModelStage) {
+				continue
+			}
+			missing = append(missing, s.ModelStage)
+			gaps.missingFinal = gaps.missingFinal || s.FinalOutput
+			id := s.ID
+			if !s.Disaggregatable() {
+				id += max(0, len(thinkerIDs)-1)
+			}
+			if _, taken := slices.BinarySearchFunc(raws, id, func(r *rawStage, id int) int { return r.id - id }); !taken {
+				gaps.missing = append(gaps.missing, id)
 			}
 		}
-		p.errorf(stagesNode, "stages", "pipeline %s needs stages for %s too; add them, or keep only the Thinker for a text-only deployment", fullPipelineOf(pipe).Name, quoteAll(missing))
-		return nil
+		// A stage left out may be the one missing: then that is its
+		// mistake, reported where it was written.
+		if !gaps.unaccounted() {
+			p.errorf(stagesNode, "stages", "pipeline %s needs stages for %s too; add them, or keep only the Thinker for a text-only deployment", full.Name, quoteAll(missing))
+		}
+		gaps.absent = true
+		variant = full
 	}
 	doc.Pipeline = variant.Name
 
@@ -464,6 +634,8 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 	var all []*rawStage
 	for _, r := range raws {
 		switch {
+		case unmatched[r]:
+			// What it is is unknown; so is its role.
 		case r.prefillOnly && r.decodeOnly:
 			// Reported when read; the stage stays as written otherwise.
 		case r.prefillOnly:
@@ -583,6 +755,7 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 			Endpoints:        r.endpoints,
 			disaggregatable:  ps.Disaggregatable(),
 			roleGuessed:      guessed[r],
+			unmatched:        unmatched[r],
 			src:              r.node,
 		}
 		switch {
@@ -637,6 +810,9 @@ func (p *problems) applyPipeline(pipe *Pipeline, stagesNode *Node, raws []*rawSt
 		}
 		s.TensorParallelSize = max(r.tp, 1)
 		s.DataParallelSize = max(r.dp, 1)
+		if r.dp == 0 {
+			s.DataParallelSize = max(intValue(pipelineWide.Get("data_parallel_size")), 1)
+		}
 		if r.tp == 0 && len(r.devices) > 0 && !r.hasReplicas {
 			// vllm-omni configs often set devices without
 			// tensor_parallel_size; TP defaults to 1 there too.
@@ -674,7 +850,8 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 			s.NumReplicas = len(r.replicas)
 		}
 		if len(r.replicas) != s.NumReplicas {
-			p.errorf(r.node.Get("replicas"), r.path+".replicas", "lists %d replicas but num_replicas is %d", len(r.replicas), s.NumReplicas)
+			at := r.node.Get("replicas")
+			p.errorf(at, writtenPath(at, r.path+".replicas"), "lists %d replicas but num_replicas is %d", len(r.replicas), s.NumReplicas)
 			s.NumReplicas = len(r.replicas) // reported once, here
 		}
 		s.Replicas = r.replicas
@@ -706,7 +883,8 @@ func (p *problems) resolveReplicas(s *Stage, r *rawStage) {
 	}
 	if len(r.endpoints) > 0 {
 		if len(r.endpoints) != len(s.Replicas) {
-			p.errorf(r.node.Get("endpoints"), r.path+".endpoints", "lists %d endpoints for %d replicas; give one base URL per replica", len(r.endpoints), len(s.Replicas))
+			at := r.node.Get("endpoints")
+			p.errorf(at, writtenPath(at, r.path+".endpoints"), "lists %d endpoints for %d replicas; give one base URL per replica", len(r.endpoints), len(s.Replicas))
 		}
 		for i := range min(len(r.endpoints), len(s.Replicas)) {
 			if s.Replicas[i].Endpoint == "" {
@@ -770,4 +948,14 @@ func (p *problems) boundedIntOf(n *Node, path string, most int) (int, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// intValue is the value of an integer node already checked to be one; 0
+// for nil.
+func intValue(n *Node) int {
+	if n == nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	return int(v)
 }

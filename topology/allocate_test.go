@@ -1,8 +1,10 @@
 package topology
 
 import (
+	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -136,5 +138,114 @@ func TestDefaultPoolFeedsAllocatePD(t *testing.T) {
 	want := Layout{Prefill: [][]int{{0}}, Decode: [][]int{{1}}, Downstream: []int{2}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("layout = %+v, want %+v", got, want)
+	}
+}
+
+// A role with pinned devices runs on them, and the others are laid out on
+// the pool's remaining devices from its start, as if the pinned role took
+// none of the pool.
+func TestAllocatePDPinned(t *testing.T) {
+	tp2 := LayoutRequest{TensorParallelSize: 2, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 1}
+	tests := []struct {
+		name string
+		pool []int
+		req  LayoutRequest
+		want Layout
+	}{
+		{"encoder pinned past the pool", []int{0, 1, 2, 3, 4}, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{6, 7} }),
+			Layout{Encoder: [][]int{{6, 7}}, Prefill: [][]int{{0, 1}}, Decode: [][]int{{2, 3}}, Downstream: []int{4}}},
+		{"encoder pinned inside the pool", []int{0, 1, 2, 3, 4, 5, 6, 7}, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{6, 7} }),
+			Layout{Encoder: [][]int{{6, 7}}, Prefill: [][]int{{0, 1}}, Decode: [][]int{{2, 3}}, Downstream: []int{4}}},
+		{"encoder pinned at the pool's start", []int{0, 1, 2, 3, 4, 5, 6}, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{0, 1} }),
+			Layout{Encoder: [][]int{{0, 1}}, Prefill: [][]int{{2, 3}}, Decode: [][]int{{4, 5}}, Downstream: []int{6}}},
+		{"two encoder instances split in order", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 2, EncoderDevices: 1, EncoderPinned: []int{9, 8}},
+			Layout{Encoder: [][]int{{9}, {8}}, Prefill: [][]int{{0}}, Decode: [][]int{{1}}, Downstream: []int{2}}},
+		{"prefill pinned, decode and downstream from the rest", []int{0, 1, 2, 3}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, PrefillPinned: []int{1}},
+			Layout{Prefill: [][]int{{1}}, Decode: [][]int{{0}}, Downstream: []int{2}}},
+		{"decode pinned", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, DecodePinned: []int{0}},
+			Layout{Prefill: [][]int{{1}}, Decode: [][]int{{0}}, Downstream: []int{2}}},
+		{"every Thinker role pinned", nil, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, EncoderReplicas: 1, EncoderPinned: []int{5}, PrefillPinned: []int{3}, DecodePinned: []int{4}},
+			Layout{Encoder: [][]int{{5}}, Prefill: [][]int{{3}}, Decode: [][]int{{4}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pinned := slices.Clone(tt.req.EncoderPinned)
+			got, err := AllocatePD(tt.pool, tt.req)
+			if err != nil {
+				t.Fatalf("AllocatePD: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("AllocatePD = %+v, want %+v", got, tt.want)
+			}
+			if n := tt.req.Needed(); n != countDevices(got) {
+				t.Errorf("Needed = %d, layout uses %d", n, countDevices(got))
+			}
+			for _, set := range got.Encoder {
+				for i := range set {
+					set[i] = -1
+				}
+			}
+			if !slices.Equal(tt.req.EncoderPinned, pinned) {
+				t.Errorf("writing the layout changed the pinned set to %v", tt.req.EncoderPinned)
+			}
+		})
+	}
+}
+
+func with(r LayoutRequest, f func(*LayoutRequest)) LayoutRequest {
+	f(&r)
+	return r
+}
+
+func TestAllocatePDPinnedErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		pool []int
+		req  LayoutRequest
+		want string
+	}{
+		{"pinned set too large", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 1, EncoderPinned: []int{6, 7}},
+			"devices 6,7 for 1 encoder instance(s) of 1 device(s) each; want 1 device, one per rank of each instance"},
+		{"pinned set too small", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 2, PrefillReplicas: 2, DecodeReplicas: 1, PrefillPinned: []int{4, 5}},
+			"devices 4,5 for 2 prefill instance(s) of 2 device(s) each; want 4 devices, one per rank of each instance"},
+		{"the pool without the pinned devices is too small", []int{0, 1, 2}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 1, EncoderPinned: []int{0}},
+			"need 3 devices (prefill 1x1, decode 1x1, downstream 1), have 2: 1,2 besides the pinned 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := AllocatePD(tt.pool, tt.req)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("AllocatePD error = %v, want %q", err, tt.want)
+			}
+			var pe *PinnedError
+			if strings.HasPrefix(tt.want, "devices") && !errors.As(err, &pe) {
+				t.Errorf("error %T is not a *PinnedError", err)
+			}
+		})
+	}
+}
+
+// The default pool lays the roles that are not pinned out from the lowest
+// device no role pins.
+func TestLayoutRequestDefaultPool(t *testing.T) {
+	tp2 := LayoutRequest{TensorParallelSize: 2, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, EncoderReplicas: 1}
+	tests := []struct {
+		name  string
+		named []int
+		req   LayoutRequest
+		want  []int
+	}{
+		{"nothing pinned", nil, tp2, []int{0, 1, 2, 3, 4, 5, 6}},
+		{"encoder pinned high", nil, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{6, 7} }), []int{0, 1, 2, 3, 4}},
+		{"encoder pinned low", nil, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{0, 1} }), []int{2, 3, 4, 5, 6}},
+		{"encoder pinned among the named devices", []int{0, 1}, with(tp2, func(r *LayoutRequest) { r.EncoderPinned = []int{1, 3} }), []int{0, 2, 4, 5, 6}},
+		{"prefill and decode pinned", []int{0}, LayoutRequest{TensorParallelSize: 1, PrefillReplicas: 1, DecodeReplicas: 1, DownstreamSize: 1, PrefillPinned: []int{0}, DecodePinned: []int{1}}, []int{2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.req.DefaultPool(tt.named); !slices.Equal(got, tt.want) {
+				t.Errorf("DefaultPool(%v) = %v, want %v", tt.named, got, tt.want)
+			}
+		})
 	}
 }

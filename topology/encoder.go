@@ -40,7 +40,7 @@ func (v *validator) encoders() {
 		return
 	}
 	for _, i := range encs[1:] {
-		v.add(i, "is_encoder_only", CodeEncoderDuplicate, "stages[%d] is already the encoder stage; a topology has at most one (run more encoder instances with its num_replicas)", encs[0])
+		v.add(i, "is_encoder_only", CodeEncoderDuplicate, "stage %d is already the encoder stage; a topology has at most one (run more encoder instances with its num_replicas)", stages[encs[0]].ID)
 	}
 	e := encs[0]
 	es := &stages[e]
@@ -141,8 +141,8 @@ func (v *validator) encoderDevices(e int, pd []int) {
 		}
 		if len(shared) > 0 {
 			slices.Sort(shared)
-			v.add(e, "devices", CodeEncoderDevicesOverlap, "the encoder and the %s (stage %d) both use %s; give the encoder devices of its own",
-				v.t.Stages[j].Role, v.t.Stages[j].ID, devs(shared))
+			v.add(e, "devices", CodeEncoderDevicesOverlap, "the encoder and the %s both use %s; give the encoder devices of its own",
+				v.t.Stages[j].Role, devs(shared))
 		}
 	}
 }
@@ -160,7 +160,7 @@ func (v *validator) encoderEngineIDs(e int, pd []int) {
 	for _, j := range pd {
 		for r, rep := range v.t.Stages[j].Replicas {
 			if _, ok := owner[rep.EngineID]; rep.EngineID != "" && !ok {
-				owner[rep.EngineID] = fmt.Sprintf("stages[%d].replicas[%d]", j, r)
+				owner[rep.EngineID] = v.instance(j, r)
 			}
 		}
 	}
@@ -174,6 +174,6 @@ func (v *validator) encoderEngineIDs(e int, pd []int) {
 			v.add(e, field, CodeEncoderEngineIDDuplicate, "engine_id %q is already used by %s; every encoder, prefill and decode instance needs its own", rep.EngineID, o)
 			continue
 		}
-		owner[rep.EngineID] = fmt.Sprintf("stages[%d].replicas[%d]", e, r)
+		owner[rep.EngineID] = v.instance(e, r)
 	}
 }

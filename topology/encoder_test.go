@@ -147,7 +147,7 @@ func TestValidateReportsEachEncoderViolation(t *testing.T) {
 			second.Replicas = []Replica{{Devices: []int{7}, EngineID: "thinker-encoder-b"}}
 			second.Devices = []int{7}
 			tp.Stages = append(tp.Stages, second)
-		}, code: CodeEncoderDuplicate, stage: 5, field: "is_encoder_only", msg: "stages[0]"},
+		}, code: CodeEncoderDuplicate, stage: 5, field: "is_encoder_only", msg: "stage 0 is already the encoder stage"},
 		{name: "encoder role on the talker", mutate: func(tp *Topology) {
 			tp.Stages[0].DisaggregationCapable = false
 			tp.Stages[0].ModelStage = "talker"
@@ -186,19 +186,19 @@ func TestValidateReportsEachEncoderViolation(t *testing.T) {
 		{name: "shared storage paths differ", mutate: func(tp *Topology) { tp.Stages[1].EC.Store = "/mnt/ec" },
 			code: CodeEncoderECStoreMismatch, stage: 1, field: storeField, msg: `"/mnt/ec" differs from the encoder's "/tmp/ec_cache"`},
 		{name: "encoder on the prefill's device", mutate: func(tp *Topology) { setDevices(&tp.Stages[0], 1) },
-			code: CodeEncoderDevicesOverlap, stage: 0, field: "devices", msg: "prefill (stage 1) both use device 1"},
+			code: CodeEncoderDevicesOverlap, stage: 0, field: "devices", msg: "the encoder and the prefill both use device 1"},
 		{name: "encoder on the decode's device", mutate: func(tp *Topology) { setDevices(&tp.Stages[0], 2) },
-			code: CodeEncoderDevicesOverlap, stage: 0, field: "devices", msg: "decode (stage 2)"},
+			code: CodeEncoderDevicesOverlap, stage: 0, field: "devices", msg: "the encoder and the decode both use device 2"},
 		{name: "encoder replica without an engine id", mutate: func(tp *Topology) { tp.Stages[0].Replicas[0].EngineID = "" },
 			code: CodeEncoderEngineIDMissing, stage: 0, field: "replicas[0].engine_id"},
 		{name: "encoder takes the prefill's engine id", mutate: func(tp *Topology) { tp.Stages[0].Replicas[0].EngineID = "thinker-prefill" },
-			code: CodeEncoderEngineIDDuplicate, stage: 0, field: "replicas[0].engine_id", msg: "stages[1].replicas[0]"},
+			code: CodeEncoderEngineIDDuplicate, stage: 0, field: "replicas[0].engine_id", msg: "used by the prefill's replicas[0]"},
 		{name: "two encoder replicas share an engine id", mutate: func(tp *Topology) {
 			e := &tp.Stages[0]
 			e.NumReplicas = 2
 			e.Devices = []int{0, 5}
 			e.Replicas = []Replica{{Devices: []int{0}, EngineID: "enc"}, {Devices: []int{5}, EngineID: "enc"}}
-		}, code: CodeEncoderEngineIDDuplicate, stage: 0, field: "replicas[1].engine_id", msg: "stages[0].replicas[0]"},
+		}, code: CodeEncoderEngineIDDuplicate, stage: 0, field: "replicas[1].engine_id", msg: "used by the encoder's replicas[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

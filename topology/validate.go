@@ -243,6 +243,24 @@ func (v *validator) add(stage int, field, code, format string, args ...any) {
 	v.out = append(v.out, Violation{Stage: stage, Field: field, Code: code, Msg: fmt.Sprintf(format, args...)})
 }
 
+// instance names replica r of stage i in a message: by its stage's role
+// when that is the one stage of it ("the prefill's replicas[0]"), else by
+// stage id. Stage ids made by PD expansion are not the ones the user
+// wrote; a role is the same in both.
+func (v *validator) instance(i, r int) string {
+	s := &v.t.Stages[i]
+	n := 0
+	for _, o := range v.t.Stages {
+		if o.Role == s.Role {
+			n++
+		}
+	}
+	if s.Role != RoleFull && n == 1 {
+		return fmt.Sprintf("the %s's replicas[%d]", s.Role, r)
+	}
+	return fmt.Sprintf("stage %d's replicas[%d]", s.ID, r)
+}
+
 func (v *validator) stageIDs() {
 	for i, s := range v.t.Stages {
 		if s.ID < 0 {
@@ -619,10 +637,10 @@ func (v *validator) disaggregation() {
 		v.add(prefills[0], "is_prefill_only", CodePDDecodeMissing, "a prefill stage needs a decode stage to hand its KV to; add one or drop is_prefill_only")
 	}
 	for _, i := range prefills[min(1, len(prefills)):] {
-		v.add(i, "is_prefill_only", CodePDPrefillDuplicate, "stages[%d] is already the prefill stage; a topology has exactly one prefill/decode pair", prefills[0])
+		v.add(i, "is_prefill_only", CodePDPrefillDuplicate, "stage %d is already the prefill stage; a topology has exactly one prefill/decode pair", stages[prefills[0]].ID)
 	}
 	for _, i := range decodes[min(1, len(decodes)):] {
-		v.add(i, "is_decode_only", CodePDDecodeDuplicate, "stages[%d] is already the decode stage; a topology has exactly one prefill/decode pair", decodes[0])
+		v.add(i, "is_decode_only", CodePDDecodeDuplicate, "stage %d is already the decode stage; a topology has exactly one prefill/decode pair", stages[decodes[0]].ID)
 	}
 
 	pd := slices.Concat(prefills, decodes)
@@ -665,8 +683,11 @@ func (v *validator) disaggregation() {
 	if len(prefills) > 0 {
 		v.prefillUse(prefills)
 	}
-	v.engineIDs(pd)
-	v.kvPorts(pd)
+	// A second prefill or decode is its own mistake; the engine id and
+	// ports it shares with the first (the role's defaults) follow from it.
+	pair := slices.Concat(prefills[:min(1, len(prefills))], decodes[:min(1, len(decodes))])
+	v.engineIDs(pair)
+	v.kvPorts(pair)
 	if len(prefills) == 1 && len(decodes) == 1 {
 		v.pair(prefills[0], decodes[0])
 	}
@@ -706,7 +727,7 @@ func (v *validator) engineIDs(pd []int) {
 				v.add(i, field, CodePDEngineIDMissing, "a %s replica needs an engine_id so the decode can address the prefill's KV", v.t.Stages[i].Role)
 				continue
 			}
-			here := fmt.Sprintf("stages[%d].replicas[%d]", i, r)
+			here := v.instance(i, r)
 			if o, ok := owner[rep.EngineID]; ok {
 				v.add(i, field, CodePDEngineIDDuplicate, "engine_id %q is already used by %s; every prefill and decode instance needs its own", rep.EngineID, o)
 				continue
@@ -732,7 +753,7 @@ func (v *validator) kvPorts(pd []int) {
 			if rep.KVPort == 0 {
 				continue
 			}
-			h := held{rep.KVPort, rep.KVPort + n - 1, fmt.Sprintf("stages[%d].replicas[%d]", i, r)}
+			h := held{rep.KVPort, rep.KVPort + n - 1, v.instance(i, r)}
 			j := slices.IndexFunc(taken, func(o held) bool { return h.lo <= o.hi && o.lo <= h.hi })
 			switch {
 			case j < 0:

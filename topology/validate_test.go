@@ -243,7 +243,7 @@ func TestValidateReportsEachViolation(t *testing.T) {
 		{name: "kv port out of range", mutate: func(tp *Topology) { tp.Stages[2].Replicas[0].KVPort = 70000 },
 			code: "kv-port-invalid", stage: 2, field: "replicas[0].kv_port"},
 		{name: "kv port clash", mutate: func(tp *Topology) { tp.Stages[1].Replicas[0].KVPort = 25201 },
-			code: "kv-port-duplicate", stage: 1, field: "replicas[0].kv_port", msg: "stages[0].replicas[0]"},
+			code: "kv-port-duplicate", stage: 1, field: "replicas[0].kv_port", msg: "used by the prefill's replicas[0]"},
 		{name: "decode without prefill", mutate: func(tp *Topology) { tp.Stages[0].Role = RoleFull },
 			code: "pd-prefill-missing", stage: 1, field: "is_decode_only"},
 		{name: "prefill without decode", mutate: func(tp *Topology) {

@@ -48,19 +48,44 @@ func EstimateTokens(s string) int {
 	return max(1, (len(s)+3)/4)
 }
 
-// Random is the random dataset: prompts of InputLen common English words,
-// each about one BPE token (a word with its leading space), drawn afresh for
-// every request so no two share a prefix by design.
+// Random is the random dataset: prompts of common English words drawn
+// afresh for every request, so no two share a prefix by design. Fitted to
+// the server's token counts (Fit), a prompt is InputLen tokens as the server
+// counts them, as vllm bench serve's random dataset makes it with the
+// model's tokenizer: its text alone on the chat endpoint, where the chat
+// template comes on top, and text and special tokens together on
+// completions. Unfitted, it is InputLen words, about one token each in a
+// byte-level BPE vocabulary such as Qwen's.
 type Random struct {
 	InputLen, OutputLen int
 	Seed                uint64
+	fitted              *fittedText
 }
 
 var _ Dataset = Random{}
 
+// Fit is the dataset with its prompts fitted to f. It refuses an InputLen
+// that leaves no room for text beside the tokens the endpoint adds.
+func (r Random) Fit(f *PromptFit) (Dataset, error) { return r.fit(f) }
+
+func (r Random) fit(f *PromptFit) (Random, error) {
+	text := r.InputLen
+	if f.AddedInInputLen {
+		text -= f.Added
+	}
+	if text < 1 {
+		return r, fmt.Errorf("--input-len %d is too small: the server adds %d tokens to every prompt, so a prompt needs at least %d", r.InputLen, f.Added, f.Added+1)
+	}
+	r.fitted = fitText(f, text)
+	return r, nil
+}
+
 // Prompt draws request i's words from a generator seeded by (Seed, i).
 func (r Random) Prompt(i int) Prompt {
 	rng := rand.New(rand.NewPCG(r.Seed, uint64(i)))
+	if r.fitted != nil {
+		return Prompt{Text: r.fitted.text(rng), InputTokens: r.fitted.fit.Added + r.fitted.tokens, MaxTokens: r.OutputLen}
+	}
 	var b strings.Builder
 	for w := range r.InputLen {
 		if w > 0 {
@@ -72,17 +97,12 @@ func (r Random) Prompt(i int) Prompt {
 }
 
 // words are short, common English words: each is one token with its leading
-// space in byte-level BPE vocabularies such as Qwen's.
+// space in byte-level BPE vocabularies such as Qwen's. They are few because
+// fitting prompts to the server's tokenizer measures each (MeasureFit); 48
+// still make two prompts' first 16 tokens alike once in 48^16.
 var words = uniqueWords(`the of and to in is was for on that with as by at from his it an were are which
-be this had not but first one their its new after who they have her she two been other when there all during
-into school time may years more most only over city some world would where later up such used many can state
-about national out known university united then made under part also system than music american him team
-high well game people show between three film same both until series while back because before government
-year each day life home long work world group name house found play north south east west small great
-place best book road water power light line left right open side war city church art form early end
-music number point court family white black company four five field head town land king river story
-order party major public way report club area market west center line club age plan night case sound
-film song top band train road park table cost step fact word week idea money rate hand heart job task`)
+be this had not but first one their its new after who they have her she two been other when there all
+time may years more most`)
 
 func uniqueWords(s string) []string {
 	var out []string

@@ -107,6 +107,18 @@ func (d *RandomMM) Items() (lo, hi int) { return d.plan.minItems, d.plan.maxItem
 // Buckets are the buckets drawn from, with their normalized probabilities.
 func (d *RandomMM) Buckets() []BucketWeight { return append([]BucketWeight(nil), d.plan.buckets...) }
 
+// Fit is the dataset with its text fitted to f, as Random.Fit fits it; the
+// media's tokens come on top.
+func (d *RandomMM) Fit(f *PromptFit) (Dataset, error) {
+	text, err := d.text.fit(f)
+	if err != nil {
+		return nil, err
+	}
+	fitted := *d
+	fitted.text = text
+	return &fitted, nil
+}
+
 // Limits are the per-prompt limits of the modalities drawn.
 func (d *RandomMM) Limits() map[string]int { return maps.Clone(d.plan.limits) }
 

@@ -23,8 +23,13 @@ type Summary struct {
 	Canceled  int     `json:"canceled"`
 	DurationS float64 `json:"duration_s"`
 
-	TotalInputTokens     int     `json:"total_input_tokens"`
-	TotalOutputTokens    int     `json:"total_output_tokens"`
+	TotalInputTokens  int `json:"total_input_tokens"`
+	TotalOutputTokens int `json:"total_output_tokens"`
+	// MeanPromptTokens is the mean usage.prompt_tokens of the completed
+	// requests that reported it (PromptTokensReported of them): what a
+	// prompt really was, chat template and media placeholders included.
+	MeanPromptTokens     float64 `json:"mean_prompt_tokens"`
+	PromptTokensReported int     `json:"prompt_tokens_reported"`
 	RequestThroughput    float64 `json:"request_throughput_rps"`
 	OutputThroughput     float64 `json:"output_throughput_tok_s"`
 	TotalTokenThroughput float64 `json:"total_token_throughput_tok_s"`
@@ -90,6 +95,10 @@ func Aggregate(records []Record, elapsed time.Duration, slo SLO) Summary {
 		}
 		s.TotalInputTokens += r.PromptTokens
 		s.TotalOutputTokens += r.OutputTokens
+		if r.PromptTokensReported {
+			s.PromptTokensReported++
+			s.MeanPromptTokens += float64(r.PromptTokens)
+		}
 		ttft = append(ttft, r.TTFTMS)
 		if r.OutputTokens > 1 {
 			tpot = append(tpot, r.TPOTMS)
@@ -110,6 +119,9 @@ func Aggregate(records []Record, elapsed time.Duration, slo SLO) Summary {
 	}
 	if n := s.Completed + s.Failed; n > 0 {
 		s.SLOAttainment = float64(s.MetSLO) / float64(n)
+	}
+	if s.PromptTokensReported > 0 {
+		s.MeanPromptTokens /= float64(s.PromptTokensReported)
 	}
 	s.TTFT, s.TPOT, s.ITL, s.E2E = Describe(ttft), Describe(tpot), Describe(itl), Describe(e2e)
 	s.AudioTTFP, s.AudioRTF = Describe(ttfp), Describe(rtf)
@@ -185,21 +197,27 @@ type Settings struct {
 	Dataset     string   `json:"dataset"`
 	DatasetPath string   `json:"dataset_path,omitempty"`
 	// RandomMM is the random-mm dataset's media.
-	RandomMM       *MMSettings `json:"random_mm,omitempty"`
-	InputLen       int         `json:"input_len"`
-	OutputLen      int         `json:"output_len"`
-	IgnoreEOS      bool        `json:"ignore_eos"`
-	Seed           uint64      `json:"seed"`
-	NumPrompts     int         `json:"num_prompts"`
-	DurationS      float64     `json:"duration_s"`
-	RequestRate    Rate        `json:"request_rate"`
-	Burstiness     float64     `json:"burstiness"`
-	Concurrency    int         `json:"concurrency"`
-	MaxConcurrency int         `json:"max_concurrency"`
-	Warmup         int         `json:"warmup"`
-	TimeoutS       float64     `json:"timeout_s"`
-	SLO            SLO         `json:"slo"`
-	Sweep          []float64   `json:"sweep,omitempty"`
+	RandomMM *MMSettings `json:"random_mm,omitempty"`
+	// InputLen is the prompt length asked for (the random datasets).
+	InputLen int `json:"input_len"`
+	// InputFit is how the random datasets' prompts were fitted to InputLen
+	// tokens as the server counts them; InputFitError says why they were
+	// not, and InputLen then counts words.
+	InputFit       *PromptFit `json:"input_fit,omitempty"`
+	InputFitError  string     `json:"input_fit_error,omitempty"`
+	OutputLen      int        `json:"output_len"`
+	IgnoreEOS      bool       `json:"ignore_eos"`
+	Seed           uint64     `json:"seed"`
+	NumPrompts     int        `json:"num_prompts"`
+	DurationS      float64    `json:"duration_s"`
+	RequestRate    Rate       `json:"request_rate"`
+	Burstiness     float64    `json:"burstiness"`
+	Concurrency    int        `json:"concurrency"`
+	MaxConcurrency int        `json:"max_concurrency"`
+	Warmup         int        `json:"warmup"`
+	TimeoutS       float64    `json:"timeout_s"`
+	SLO            SLO        `json:"slo"`
+	Sweep          []float64  `json:"sweep,omitempty"`
 	// SweepConcurrency: the sweep's points are closed-loop concurrencies
 	// rather than request rates.
 	SweepConcurrency bool   `json:"sweep_concurrency"`
@@ -259,9 +277,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if items == "1" {
 			noun = "item"
 		}
-		data += fmt.Sprintf(" (input %d, output %d tokens; %s media %s a request from %s)", st.InputLen, st.OutputLen, items, noun, mm.BucketConfig)
+		data += fmt.Sprintf(" (%s, output %d tokens; %s media %s a request from %s)", st.inputWords(), st.OutputLen, items, noun, mm.BucketConfig)
 	} else if st.Dataset == "random" {
-		data += fmt.Sprintf(" (input %d, output %d tokens)", st.InputLen, st.OutputLen)
+		data += fmt.Sprintf(" (%s, output %d tokens)", st.inputWords(), st.OutputLen)
 	} else if st.DatasetPath != "" {
 		data += " (" + st.DatasetPath + ")"
 	}
@@ -276,7 +294,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		if len(r.Runs) > 1 {
 			fmt.Fprintf(&b, "## %s\n\n", run.Load.Label())
 		}
-		runTables(&b, run, st.Audio())
+		runTables(&b, run, st)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("bench: writing the report: %w", err)
@@ -306,7 +324,21 @@ func (r *Report) sweepTable(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
-func runTables(b *strings.Builder, run *Result, audio bool) {
+// inputWords says what the random datasets' input length is: tokens, and
+// on the chat endpoint the template's on top, or words when the prompts
+// could not be fitted to the server's tokenizer.
+func (st Settings) inputWords() string {
+	switch f := st.InputFit; {
+	case f == nil:
+		return fmt.Sprintf("input %d words, not fitted to tokens", st.InputLen)
+	case !f.AddedInInputLen && f.Added > 0:
+		return fmt.Sprintf("input %d tokens and the chat template's %d", st.InputLen, f.Added)
+	}
+	return fmt.Sprintf("input %d", st.InputLen)
+}
+
+func runTables(b *strings.Builder, run *Result, st Settings) {
+	audio := st.Audio()
 	s := &run.Summary
 	rows := [][2]string{
 		{"completed requests", strconv.Itoa(s.Completed)},
@@ -318,6 +350,22 @@ func runTables(b *strings.Builder, run *Result, audio bool) {
 	rows = append(rows,
 		[2]string{"duration (s)", f2(s.DurationS)},
 		[2]string{"total input tokens", strconv.Itoa(s.TotalInputTokens)},
+	)
+	switch f := st.InputFit; {
+	case st.InputLen > 0 && f == nil:
+		rows = append(rows, [2]string{"input words per request, asked (--input-len, not fitted to tokens)", strconv.Itoa(st.InputLen)})
+	case st.InputLen > 0:
+		rows = append(rows, [2]string{"input tokens per request, asked (--input-len)", strconv.Itoa(st.InputLen)})
+		if !f.AddedInInputLen {
+			rows = append(rows, [2]string{"chat template tokens per request", strconv.Itoa(f.Added)})
+		}
+	}
+	sent := "n/a (no usage reported)"
+	if s.PromptTokensReported > 0 {
+		sent = f2(s.MeanPromptTokens)
+	}
+	rows = append(rows,
+		[2]string{"input tokens per request, sent (mean usage.prompt_tokens)", sent},
 		[2]string{"total output tokens", strconv.Itoa(s.TotalOutputTokens)},
 		[2]string{"request throughput (req/s)", f2(s.RequestThroughput)},
 		[2]string{"output token throughput (tok/s)", f2(s.OutputThroughput)},

@@ -11,10 +11,14 @@
 //
 // Errors are *PartError naming the request part, wrapping one of the
 // sentinel errors below, so the caller can answer a 400 that names the part.
+// Each says what went wrong in the client's terms (ClientMessage: "this
+// server does not fetch media from http(s) URLs") apart from the cause for
+// the log (the dial error, the file system's error).
 package mediafetch
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -61,6 +65,42 @@ type PartError struct {
 
 func (e *PartError) Error() string { return e.Path + ": " + e.Err.Error() }
 func (e *PartError) Unwrap() error { return e.Err }
+
+// sourceError is an error about a media source, worded for the client that
+// sent it (ClientMessage), with the cause underneath for the log (Error).
+// It wraps its class, one of the sentinels, and that cause.
+type sourceError struct {
+	class error
+	msg   string
+	cause error
+}
+
+// refuse is a sourceError of class with a formatted message.
+func refuse(class error, format string, args ...any) error {
+	return &sourceError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+// refuseCause is refuse keeping the underlying error for the log.
+func refuseCause(class, cause error, format string, args ...any) error {
+	return &sourceError{class: class, msg: fmt.Sprintf(format, args...), cause: cause}
+}
+
+func (e *sourceError) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+// ClientMessage is the message without the cause underneath.
+func (e *sourceError) ClientMessage() string { return e.msg }
+
+func (e *sourceError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.class}
+	}
+	return []error{e.class, e.cause}
+}
 
 // StatusError is the non-2xx status an upstream answered; it comes wrapped
 // with ErrFetch.
@@ -138,13 +178,13 @@ type Fetcher struct {
 func NewFetcher(p Policy) (*Fetcher, error) {
 	switch {
 	case p.MaxBytes < 0:
-		return nil, fmt.Errorf("mediafetch: MaxBytes %d is negative", p.MaxBytes)
+		return nil, fmt.Errorf("media byte limit %d is negative", p.MaxBytes)
 	case p.ImageTimeout < 0 || p.AudioTimeout < 0 || p.VideoTimeout < 0:
-		return nil, errors.New("mediafetch: timeouts must not be negative")
+		return nil, errors.New("media fetch timeouts must not be negative")
 	case p.MaxRedirects < 0:
-		return nil, fmt.Errorf("mediafetch: MaxRedirects %d is negative", p.MaxRedirects)
+		return nil, fmt.Errorf("media redirect limit %d is negative", p.MaxRedirects)
 	case p.Concurrency < 0:
-		return nil, fmt.Errorf("mediafetch: Concurrency %d is negative", p.Concurrency)
+		return nil, fmt.Errorf("media fetch concurrency %d is negative", p.Concurrency)
 	}
 	p.MaxBytes = cmpOr(p.MaxBytes, DefaultMaxBytes)
 	p.ImageTimeout = cmpOr(p.ImageTimeout, DefaultImageTimeout)
@@ -156,7 +196,7 @@ func NewFetcher(p Policy) (*Fetcher, error) {
 	for _, d := range p.AllowedDomains {
 		host, err := normalizeDomain(d)
 		if err != nil {
-			return nil, fmt.Errorf("mediafetch: allowed domain %q: %w", d, err)
+			return nil, fmt.Errorf("allowed media domain %q: %w", d, err)
 		}
 		f.domains[host] = true
 	}
@@ -164,14 +204,17 @@ func NewFetcher(p Policy) (*Fetcher, error) {
 	if p.AllowedLocalPath != "" {
 		given, err := filepath.Abs(p.AllowedLocalPath)
 		if err != nil {
-			return nil, fmt.Errorf("mediafetch: allowed local path: %w", err)
+			return nil, fmt.Errorf("allowed local media path %s: %w", p.AllowedLocalPath, err)
 		}
 		root, err := filepath.EvalSymlinks(given)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("allowed local media path %s does not exist", given)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("mediafetch: allowed local path %s does not exist: %w", given, err)
+			return nil, fmt.Errorf("allowed local media path %s: %w", given, err)
 		}
 		if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("mediafetch: allowed local path %s must be a directory", given)
+			return nil, fmt.Errorf("allowed local media path %s must be a directory", given)
 		}
 		f.localRoot = root
 	}
@@ -223,11 +266,11 @@ func (f *Fetcher) Fetch(ctx context.Context, item openai.MediaItem) ([]byte, err
 func (f *Fetcher) fetch(ctx context.Context, item openai.MediaItem) ([]byte, error) {
 	timeout, ok := f.timeout(item.Kind)
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown media kind %q", ErrBadURL, item.Kind)
+		return nil, refuse(ErrBadURL, "media of kind %q is not supported", item.Kind)
 	}
 	switch {
 	case item.URL == "" && item.Data == "":
-		return nil, fmt.Errorf("%w: the item has no source", ErrBadURL)
+		return nil, refuse(ErrBadURL, "the part has neither data nor a URL")
 	case item.URL == "":
 		return f.decodeBase64(item.Data)
 	case len(item.URL) >= 5 && strings.EqualFold(item.URL[:5], "data:"):
@@ -235,7 +278,7 @@ func (f *Fetcher) fetch(ctx context.Context, item openai.MediaItem) ([]byte, err
 	}
 	u, err := url.Parse(item.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return nil, refuseCause(ErrBadURL, err, "not a valid URL")
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
@@ -243,7 +286,7 @@ func (f *Fetcher) fetch(ctx context.Context, item openai.MediaItem) ([]byte, err
 	case "file":
 		return f.readFile(ctx, u)
 	default:
-		return nil, fmt.Errorf("%w: the URL must be a data, http(s) or file URL", ErrBadURL)
+		return nil, refuse(ErrBadURL, "the URL must be a data:, http(s): or file: URL")
 	}
 }
 
@@ -260,7 +303,7 @@ func (f *Fetcher) timeout(kind openai.MediaKind) (time.Duration, bool) {
 }
 
 func (f *Fetcher) tooLarge(n int64) error {
-	return fmt.Errorf("%w: %d bytes is over the limit of %d", ErrTooLarge, n, f.policy.MaxBytes)
+	return refuse(ErrTooLarge, "the media is %d bytes, over this server's limit of %d", n, f.policy.MaxBytes)
 }
 
 // decodeBase64 decodes standard, padded base64 (what vLLM's decoders take),
@@ -271,7 +314,11 @@ func (f *Fetcher) decodeBase64(s string) ([]byte, error) {
 	}
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: invalid base64: %w", ErrBadURL, err)
+		var at base64.CorruptInputError
+		if errors.As(err, &at) {
+			return nil, refuseCause(ErrBadURL, err, "the data is not valid base64 (at byte %d)", int64(at))
+		}
+		return nil, refuseCause(ErrBadURL, err, "the data is not valid base64")
 	}
 	return b, nil
 }
@@ -282,13 +329,15 @@ func (f *Fetcher) decodeBase64(s string) ([]byte, error) {
 func (f *Fetcher) dataURL(kind openai.MediaKind, u string) ([]byte, error) {
 	d, err := openai.ParseDataURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		// openai's messages are written for the client ("invalid data
+		// URL: missing ',' separator").
+		return nil, refuse(ErrBadURL, "%s", err)
 	}
 	if !strings.HasPrefix(d.MediaType, string(kind)+"/") {
-		return nil, fmt.Errorf("%w: data URL media type %q is not %s/*", ErrBadURL, d.MediaType, kind)
+		return nil, refuse(ErrBadURL, "the data: URL's media type is %q; this part takes %s/*", d.MediaType, kind)
 	}
 	if kind == openai.MediaVideo && d.MediaType == "video/jpeg" {
-		return nil, fmt.Errorf("%w: video/jpeg frame lists are not supported; send a video file", ErrBadURL)
+		return nil, refuse(ErrBadURL, "video/jpeg frame lists are not supported; send a video file")
 	}
 	if d.Base64 {
 		return f.decodeBase64(d.Data)
@@ -298,7 +347,7 @@ func (f *Fetcher) dataURL(kind openai.MediaKind, u string) ([]byte, error) {
 	}
 	s, err := url.PathUnescape(d.Data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: invalid percent-encoding: %w", ErrBadURL, err)
+		return nil, refuseCause(ErrBadURL, err, "the data: URL has invalid percent-encoding")
 	}
 	return []byte(s), nil
 }
@@ -307,19 +356,19 @@ func (f *Fetcher) dataURL(kind openai.MediaKind, u string) ([]byte, error) {
 func (f *Fetcher) allowedHost(u *url.URL) error {
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "http" && scheme != "https" {
-		return fmt.Errorf("%w: the media URL must remain http(s), got %q", ErrNotAllowed, u.Scheme)
+		return refuse(ErrNotAllowed, "the URL redirects to a %s: URL; media URLs must stay http(s)", u.Scheme)
 	}
 	host := strings.ToLower(u.Hostname())
 	if host == "" {
-		return fmt.Errorf("%w: the URL has no host", ErrBadURL)
+		return refuse(ErrBadURL, "the URL has no host")
 	}
 	if f.policy.AllowAnyDomain || f.domains[host] {
 		return nil
 	}
 	if len(f.domains) == 0 {
-		return fmt.Errorf("%w: http(s) media is disabled", ErrNotAllowed)
+		return refuse(ErrNotAllowed, "this server does not fetch media from http(s) URLs; send it inline (a data: URL, or input_audio)")
 	}
-	return fmt.Errorf("%w: host %q is not an allowed media domain", ErrNotAllowed, host)
+	return refuse(ErrNotAllowed, "this server does not fetch media from %s: it is not one of the allowed media domains", host)
 }
 
 // checkRedirect is the http.Client hook for every redirect hop: the next URL
@@ -327,9 +376,9 @@ func (f *Fetcher) allowedHost(u *url.URL) error {
 func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > f.policy.MaxRedirects {
 		if f.policy.MaxRedirects == 0 {
-			return fmt.Errorf("%w: redirects are not followed", ErrNotAllowed)
+			return refuse(ErrNotAllowed, "the URL redirects, and this server follows no redirects")
 		}
-		return fmt.Errorf("%w: more than %d redirects", ErrFetch, f.policy.MaxRedirects)
+		return refuse(ErrFetch, "fetching it failed: it redirects more than %d times", f.policy.MaxRedirects)
 	}
 	return f.allowedHost(req.URL)
 }
@@ -340,14 +389,17 @@ func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 func (f *Fetcher) refusePrivate(network, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotAllowed, err)
+		return refuseCause(ErrNotAllowed, err, "this server does not fetch media from that address")
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
-		return fmt.Errorf("%w: unparsable address %q", ErrNotAllowed, host)
+		return refuseCause(ErrNotAllowed, err, "this server does not fetch media from that address")
 	}
 	if f.isBlocked(ip) {
-		return fmt.Errorf("%w: address %s is private, loopback, link-local or otherwise not public", ErrNotAllowed, ip)
+		// The address stays in the log: told to the client, it would map
+		// the server's network for whoever probes it.
+		return refuseCause(ErrNotAllowed, fmt.Errorf("%s is not a public address", ip),
+			"this server does not fetch media from private, loopback or link-local addresses")
 	}
 	return nil
 }
@@ -390,59 +442,97 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, u *url.URL, timeout time.Durati
 	defer cancel()
 	req, err := http.NewRequestWithContext(fetchCtx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return nil, refuseCause(ErrBadURL, err, "not a valid URL")
 	}
 	req.Header.Set("User-Agent", "omnipd-mediafetch")
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, f.classify(ctx, fetchCtx, err)
+		return nil, f.classify(ctx, fetchCtx, timeout, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("%w: %w", ErrFetch, &StatusError{StatusCode: resp.StatusCode})
+		se := &StatusError{StatusCode: resp.StatusCode}
+		return nil, refuseCause(ErrFetch, se, "fetching it failed: the server answered %d %s", se.StatusCode, http.StatusText(se.StatusCode))
 	}
 	if resp.ContentLength > f.policy.MaxBytes {
 		return nil, f.tooLarge(resp.ContentLength)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, f.policy.MaxBytes+1))
 	if err != nil {
-		return nil, f.classify(ctx, fetchCtx, err)
+		return nil, f.classify(ctx, fetchCtx, timeout, err)
 	}
 	if int64(len(body)) > f.policy.MaxBytes {
-		return nil, fmt.Errorf("%w: the body is over the limit of %d bytes", ErrTooLarge, f.policy.MaxBytes)
+		return nil, refuse(ErrTooLarge, "the media is over this server's limit of %d bytes", f.policy.MaxBytes)
 	}
 	return body, nil
 }
 
 // classify words a transport error: the policy's own refusals pass
 // through; the caller's cancellation is returned as such; running out the
-// fetch's own deadline is ErrTimeout; anything else is ErrFetch.
-func (f *Fetcher) classify(parent, fetchCtx context.Context, err error) error {
+// fetch's own deadline (timeout) is ErrTimeout; anything else is ErrFetch.
+func (f *Fetcher) classify(parent, fetchCtx context.Context, timeout time.Duration, err error) error {
 	switch {
 	case errors.Is(err, ErrNotAllowed), errors.Is(err, ErrFetch), errors.Is(err, ErrBadURL):
 		return err
 	case parent.Err() != nil:
 		return fmt.Errorf("media fetch abandoned: %w", context.Cause(parent))
 	case errors.Is(fetchCtx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
+		return refuseCause(ErrTimeout, err, "fetching it timed out after %v", timeout)
 	default:
-		return fmt.Errorf("%w: %w", ErrFetch, err)
+		return refuseCause(ErrFetch, err, "fetching it failed: %s", transportReason(err))
 	}
+}
+
+// transportReason says why a fetch failed in the client's terms; the error
+// itself (a dial or TLS error naming addresses) goes to the log.
+func transportReason(err error) string {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return "its host name does not resolve"
+	case errors.As(err, &dnsErr):
+		return "its host name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "the connection was refused"
+	case errors.As(err, &certErr):
+		return "the server's TLS certificate is not valid"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the response was cut short"
+	}
+	return "the server could not be reached"
+}
+
+// fileReason says why a file could not be read, without the file system's
+// wording.
+func fileReason(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "the file does not exist"
+	case errors.Is(err, fs.ErrPermission):
+		return "the file is not readable by this server"
+	}
+	return "the file could not be read"
 }
 
 // readFile reads a file: URL from beneath the allowed directory. The path is
 // resolved (symlinks and "..") and checked before opening, as vLLM does,
 // and then opened through os.Root, which refuses any escape a concurrent
 // change to the tree could make after the check.
+// notBeneath refuses a file outside the allowed local media path.
+const notBeneath = "the file is not beneath this server's allowed local media path"
+
+var errNotBeneath = refuse(ErrNotAllowed, notBeneath)
+
 func (f *Fetcher) readFile(ctx context.Context, u *url.URL) ([]byte, error) {
 	if f.localRoot == "" {
-		return nil, fmt.Errorf("%w: local files are disabled", ErrNotAllowed)
+		return nil, refuse(ErrNotAllowed, "this server does not read media from file: URLs")
 	}
 	if u.Opaque != "" || (u.Host != "" && !strings.EqualFold(u.Host, "localhost")) {
-		return nil, fmt.Errorf("%w: want file:///absolute/path", ErrBadURL)
+		return nil, refuse(ErrBadURL, "a file: URL must be file:///absolute/path")
 	}
 	if !filepath.IsAbs(u.Path) {
-		return nil, fmt.Errorf("%w: the file path must be absolute", ErrBadURL)
+		return nil, refuse(ErrBadURL, "the file path must be absolute")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("media fetch abandoned: %w", context.Cause(ctx))
@@ -454,36 +544,36 @@ func (f *Fetcher) readFile(ctx context.Context, u *url.URL) ([]byte, error) {
 		// a refusal does not tell what exists elsewhere: judge by the
 		// deepest ancestor that does exist, resolved.
 		if ancestor := resolvedAncestor(clean); ancestor != f.localRoot && !beneath(f.localRoot, ancestor) {
-			return nil, fmt.Errorf("%w: the path is not beneath the allowed local media path", ErrNotAllowed)
+			return nil, errNotBeneath
 		}
-		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+		return nil, refuseCause(ErrFetch, err, "%s", fileReason(err))
 	}
 	if !beneath(f.localRoot, resolved) {
-		return nil, fmt.Errorf("%w: the path is not beneath the allowed local media path", ErrNotAllowed)
+		return nil, errNotBeneath
 	}
 	rel, err := filepath.Rel(f.localRoot, resolved)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, err)
+		return nil, refuseCause(ErrNotAllowed, err, notBeneath)
 	}
 	root, err := os.OpenRoot(f.localRoot)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+		return nil, refuseCause(ErrFetch, err, "%s", fileReason(err))
 	}
 	defer root.Close()
 	file, err := root.Open(rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+			return nil, refuseCause(ErrFetch, err, "%s", fileReason(err))
 		}
-		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, err)
+		return nil, refuseCause(ErrNotAllowed, err, notBeneath)
 	}
 	defer file.Close()
 	info, err := file.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+		return nil, refuseCause(ErrFetch, err, "%s", fileReason(err))
 	}
 	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: not a regular file", ErrFetch)
+		return nil, refuse(ErrFetch, "not a regular file")
 	}
 	if info.Size() > f.policy.MaxBytes {
 		return nil, f.tooLarge(info.Size())
@@ -491,10 +581,10 @@ func (f *Fetcher) readFile(ctx context.Context, u *url.URL) ([]byte, error) {
 	// Read one byte past the limit: a file growing under us is still caught.
 	b, err := io.ReadAll(io.LimitReader(file, f.policy.MaxBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+		return nil, refuseCause(ErrFetch, err, "%s", fileReason(err))
 	}
 	if int64(len(b)) > f.policy.MaxBytes {
-		return nil, fmt.Errorf("%w: the file is over the limit of %d bytes", ErrTooLarge, f.policy.MaxBytes)
+		return nil, refuse(ErrTooLarge, "the file is over this server's limit of %d bytes", f.policy.MaxBytes)
 	}
 	return b, nil
 }

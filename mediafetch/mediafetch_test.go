@@ -23,7 +23,7 @@ const testPath = "messages[0].content[1]"
 
 // errTooManyRedirects stands for ErrFetch raised by the redirect cap, so the
 // loop test cannot pass on some other fetch failure.
-var errTooManyRedirects = errors.New("more than 5 redirects")
+var errTooManyRedirects = errors.New("redirects more than 5 times")
 
 func newFetcher(t *testing.T, p Policy) *Fetcher {
 	t.Helper()

@@ -151,14 +151,14 @@ func (md *media) prepare(ctx context.Context, req *openai.ChatCompletionRequest)
 	}
 	data, err := md.fetch.FetchAll(ctx, items)
 	if err != nil {
-		return nil, nil, fetchFailure(err)
+		return nil, nil, fetchFailure(ctx, items, err)
 	}
 	rm := &requestMedia{useAudioInVideo: kw.UseAudioInVideo}
 	byPath := make(map[string]int, len(items))
 	for i, it := range items {
 		mi, err := md.process(it, data[i], kw.UseAudioInVideo)
 		if err != nil {
-			return nil, nil, openai.InvalidRequest(it.Path, err.Error())
+			return nil, nil, partError(it, err)
 		}
 		mi.key = contentKey(mi.item.Kind, kw.UseAudioInVideo, data[i])
 		byPath[it.Path] = len(rm.items)
@@ -199,17 +199,86 @@ func placeholderParts(k mmproc.Kind) []tokenizer.Part {
 	return []tokenizer.Part{{Special: start}, {Special: pad}, {Special: end}}
 }
 
+// clientMessager is an error about a client's media that can say what is
+// wrong in the client's terms. The input errors of audioproc, visionproc
+// and mediafetch are such errors; so are the worker's own (inputProblem).
+type clientMessager interface{ ClientMessage() string }
+
+// clientMessage is what err tells the client: the message of the first
+// clientMessager in its chain. Any other error is no fault of the
+// client's media that it could put right; it is told nothing more than
+// that, and the log has the cause.
+func clientMessage(err error) string {
+	var cm clientMessager
+	if errors.As(err, &cm) {
+		return cm.ClientMessage()
+	}
+	return "the media could not be processed"
+}
+
+// inputProblem is a problem the worker itself finds with a media part,
+// worded for the client.
+type inputProblem string
+
+func (p inputProblem) Error() string         { return string(p) }
+func (p inputProblem) ClientMessage() string { return string(p) }
+
+// within says what part of an item an error is about ("its audio track"),
+// to the client as to the log.
+type within struct {
+	what string
+	err  error
+}
+
+func (w within) Error() string         { return w.what + ": " + w.err.Error() }
+func (w within) Unwrap() error         { return w.err }
+func (w within) ClientMessage() string { return w.what + ": " + clientMessage(w.err) }
+
+// mediaError is the 400 for one media part. The client reads resp, whose
+// param is the part and whose message names the part's media field and
+// what is wrong with it, in its terms ("messages[0].content[1].input_audio:
+// not a WAV file: no RIFF/WAVE header"); the worker's log line reads
+// Error, which keeps the whole cause (the decoder's or the dialer's own
+// words).
+type mediaError struct {
+	resp  *openai.ErrorResponse
+	field string
+	cause error
+}
+
+func (e *mediaError) Error() string   { return e.field + ": " + e.cause.Error() }
+func (e *mediaError) Unwrap() []error { return []error{e.resp, e.cause} }
+
+// partError is the client's 400 for item, which err keeps from being used.
+func partError(item openai.MediaItem, err error) error {
+	field := item.Path
+	if item.PartType != "" {
+		field += "." + item.PartType
+	}
+	return &mediaError{resp: openai.InvalidRequest(item.Path, field+": "+clientMessage(err)), field: field, cause: err}
+}
+
 // fetchFailure turns a fetch error into the client's 400 naming the part.
-func fetchFailure(err error) error {
+// A fetch abandoned because the client went away is no 400: it is
+// returned as the cancellation it is.
+func fetchFailure(ctx context.Context, items []openai.MediaItem, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("fetching the media: %w", context.Cause(ctx))
+	}
 	var pe *mediafetch.PartError
 	if errors.As(err, &pe) {
-		return openai.InvalidRequest(pe.Path, pe.Error())
+		for _, it := range items {
+			if it.Path == pe.Path {
+				return partError(it, pe.Err)
+			}
+		}
+		return partError(openai.MediaItem{Path: pe.Path}, pe.Err)
 	}
 	var re *openai.RequestError
 	if errors.As(err, &re) {
 		return err
 	}
-	return openai.InvalidRequest("messages", err.Error())
+	return &mediaError{resp: openai.InvalidRequest("messages", "messages: "+clientMessage(err)), field: "messages", cause: err}
 }
 
 // process decodes one item and computes its sizes: an audio's mel frames,
@@ -242,17 +311,17 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 		mi.item = mmproc.NewVideo(grid, v.SecondsPerGrid)
 		if useAudioInVideo {
 			if v.Audio == nil {
-				return mi, errors.New("use_audio_in_video is set but the video has no audio track")
+				return mi, inputProblem("mm_processor_kwargs.use_audio_in_video is set, but the video has no audio track")
 			}
 			samples, err := decodeVideoAudio(v.Audio)
 			if err != nil {
-				return mi, err
+				return mi, within{"its audio track", err}
 			}
 			mi.videoAudio = samples
 			mi.item = mmproc.NewVideoWithAudio(grid, v.SecondsPerGrid, audioproc.FrameCount(len(samples)))
 		}
 	default:
-		return mi, fmt.Errorf("media of kind %q is not supported", it.Kind)
+		return mi, inputProblem(fmt.Sprintf("media of kind %q is not supported", it.Kind))
 	}
 	return mi, nil
 }
@@ -264,7 +333,7 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 func decodeAudio(data []byte, format string) ([]float32, error) {
 	if format == "" {
 		if format = string(audioproc.Sniff(data)); format == "" {
-			return nil, errors.New("the audio is neither WAV nor MP3, the formats the reference worker decodes")
+			return nil, inputProblem("not audio of a supported format; send WAV or MP3")
 		}
 	}
 	a, err := audioproc.Decode(data, format, audioproc.Limits{})
@@ -276,7 +345,11 @@ func decodeAudio(data []byte, format string) ([]float32, error) {
 
 func decodeVideoAudio(p *visionproc.PCMAudio) ([]float32, error) {
 	if p.BitsPerSample != 16 || p.Float {
-		return nil, fmt.Errorf("the video's audio track is %d-bit%s PCM; the reference worker reads 16-bit PCM (ffmpeg -c:a pcm_s16le)", p.BitsPerSample, map[bool]string{true: " float", false: ""}[p.Float])
+		kind := "integer"
+		if p.Float {
+			kind = "float"
+		}
+		return nil, inputProblem(fmt.Sprintf("%d-bit %s PCM is not supported; send 16-bit PCM (ffmpeg -c:a pcm_s16le)", p.BitsPerSample, kind))
 	}
 	a, err := audioproc.DecodePCM16LE(p.Data, p.SampleRate, p.Channels, audioproc.Limits{})
 	if err != nil {
@@ -291,7 +364,7 @@ func monoPadded(a audioproc.Audio) ([]float32, error) {
 		return nil, err
 	}
 	if len(mono) == 0 {
-		return nil, errors.New("the audio is empty")
+		return nil, inputProblem("the audio is empty")
 	}
 	return audioproc.PadToHop(mono), nil
 }
@@ -307,7 +380,7 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 	opts := md.options(rm.useAudioInVideo)
 	p, err := mmproc.Prepare(prompt, items, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("laying out the media placeholders: %w", err)
 	}
 	n := len(p.Tokens)
 	mm := &engine.Multimodal{Positions: make([][3]int, n), Placeholder: make([]bool, n), Delta: p.Positions.Delta}

@@ -19,17 +19,59 @@ import (
 	"time"
 )
 
-func buildBinary(t *testing.T) string {
+func buildBinary(t *testing.T, buildFlags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "omnipd")
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
 	}
-	build := exec.Command("go", "build", "-o", bin, ".")
+	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// runBinary runs bin with args and returns its exit code and output.
+func runBinary(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// A release build stamps its version the way the release notes say to;
+// --version, -v and version print it, and plan tags the orchestrator's
+// image with it.
+func TestVersionOfAStampedBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t, "-ldflags", "-X github.com/omnipd/omnipd/internal/buildinfo.stamped=v9.8.7")
+	var lines []string
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"version"}} {
+		code, out, errOut := runBinary(t, bin, args...)
+		if code != 0 || !strings.HasPrefix(out, "omnipd v9.8.7") || strings.Count(out, "\n") != 1 {
+			t.Errorf("omnipd %s: exit %d, stdout %q, stderr %q; want one line opening with the stamped version", args[0], code, out, errOut)
+		}
+		lines = append(lines, out)
+	}
+	if lines[0] != lines[1] || lines[1] != lines[2] {
+		t.Errorf("--version, -v and version disagree: %q", lines)
+	}
+	code, out, errOut := runBinary(t, bin, "plan", "--target", "kubernetes", "--pd", "--connector", "NixlConnector",
+		"../../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe_thinking.yaml")
+	if code != 0 || !strings.Contains(out, ":v9.8.7\n") {
+		t.Errorf("omnipd plan: exit %d, the orchestrator image is not the stamped version's:\n%s\n%s", code, out, errOut)
+	}
 }
 
 // TestServeAsTheREADMESays runs the README's main command — omnipd serve
@@ -125,20 +167,7 @@ func TestBinary(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-
-	run := func(args ...string) (int, string, string) {
-		cmd := exec.Command(bin, args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run %v: %v", args, err)
-		}
-		return code, stdout.String(), stderr.String()
-	}
+	run := func(args ...string) (int, string, string) { return runBinary(t, bin, args...) }
 
 	code, out, errOut := run("expand")
 	if code != 0 || !strings.Contains(out, "is_prefill_only: true") || !strings.Contains(out, "is_decode_only: true") {

@@ -2,7 +2,8 @@ package audioproc
 
 import (
 	"encoding/binary"
-	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,15 +75,15 @@ func (l Limits) withDefaults() Limits {
 func (l Limits) check(frames int64, channels, rate int) error {
 	l = l.withDefaults()
 	if frames*int64(channels) > int64(l.MaxSamples) {
-		return fmt.Errorf("%d frames × %d channels exceed the limit of %d samples: %w",
-			frames, channels, l.MaxSamples, ErrLimitExceeded)
+		return badAudio(ErrLimitExceeded, "the audio has %d samples (%d channels), over the limit of %d",
+			frames*int64(channels), channels, l.MaxSamples)
 	}
 	secs := int64(l.MaxDuration / time.Second)
 	nanos := int64(l.MaxDuration % time.Second)
 	maxFrames := secs*int64(rate) + nanos*int64(rate)/int64(time.Second)
 	if frames > maxFrames {
-		return fmt.Errorf("%d frames at %d Hz exceed the limit of %v: %w",
-			frames, rate, l.MaxDuration, ErrLimitExceeded)
+		return badAudio(ErrLimitExceeded, "the audio lasts %s, over the limit of %s",
+			seconds(float64(frames)/float64(rate)), seconds(l.MaxDuration.Seconds()))
 	}
 	return nil
 }
@@ -107,7 +108,7 @@ func ParseFormat(name string) (Format, error) {
 	case "mp3", "audio/mpeg", "audio/mp3", "audio/mpeg3", "audio/x-mpeg-3":
 		return FormatMP3, nil
 	}
-	return FormatUnknown, fmt.Errorf("audioproc: format %q: %w", name, ErrUnsupportedFormat)
+	return FormatUnknown, badAudio(ErrUnsupportedFormat, "audio format %q is not supported; send WAV or MP3", name)
 }
 
 // Sniff recognises a container from its first bytes: "RIFF"/"RIFX"/"RF64"
@@ -141,7 +142,7 @@ func Decode(data []byte, format string, limits Limits) (Audio, error) {
 		return Audio{}, err
 	}
 	if sniffed := Sniff(data); sniffed != FormatUnknown && sniffed != declared {
-		return Audio{}, fmt.Errorf("audioproc: declared %s but the bytes are %s: %w", declared, sniffed, ErrFormatMismatch)
+		return Audio{}, badAudio(ErrFormatMismatch, "declared %s, but the data is %s", formatName(declared), formatName(sniffed))
 	}
 	switch declared {
 	case FormatWAV:
@@ -156,11 +157,11 @@ func Decode(data []byte, format string, limits Limits) (Audio, error) {
 // ignored.
 func DecodePCM16LE(data []byte, sampleRate, channels int, limits Limits) (Audio, error) {
 	if err := checkShape(sampleRate, channels); err != nil {
-		return Audio{}, fmt.Errorf("audioproc: pcm s16le: %w", err)
+		return Audio{}, err
 	}
 	frames := int64(len(data) / (2 * channels))
 	if err := limits.check(frames, channels, sampleRate); err != nil {
-		return Audio{}, fmt.Errorf("audioproc: pcm s16le: %w", err)
+		return Audio{}, err
 	}
 	samples := make([]float32, int(frames)*channels)
 	for i := range samples {
@@ -169,12 +170,29 @@ func DecodePCM16LE(data []byte, sampleRate, channels int, limits Limits) (Audio,
 	return Audio{SampleRate: sampleRate, Channels: channels, Samples: samples}, nil
 }
 
+// formatName names a format as a sentence about the data does.
+func formatName(f Format) string {
+	switch f {
+	case FormatWAV:
+		return "WAV"
+	case FormatMP3:
+		return "MP3"
+	}
+	return "of an unknown format"
+}
+
+// seconds writes a length of time the way a person reads one: "9.5 s",
+// "10 s".
+func seconds(s float64) string {
+	return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
+}
+
 func checkShape(sampleRate, channels int) error {
 	if sampleRate < MinSampleRate || sampleRate > MaxSampleRate {
-		return fmt.Errorf("sample rate %d Hz outside %d–%d Hz: %w", sampleRate, MinSampleRate, MaxSampleRate, ErrUnsupportedFormat)
+		return badAudio(ErrUnsupportedFormat, "audio at %d Hz is not supported; the sample rate must be within %d–%d Hz", sampleRate, MinSampleRate, MaxSampleRate)
 	}
 	if channels < 1 || channels > MaxChannels {
-		return fmt.Errorf("%d channels outside 1–%d: %w", channels, MaxChannels, ErrUnsupportedFormat)
+		return badAudio(ErrUnsupportedFormat, "audio of %d channels is not supported; send 1 to %d", channels, MaxChannels)
 	}
 	return nil
 }

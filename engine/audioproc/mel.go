@@ -1,7 +1,6 @@
 package audioproc
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -84,12 +83,12 @@ func PadToHop(samples []float32) []float32 {
 func LogMel(samples []float32) (Features, error) {
 	frames := FrameCount(len(samples))
 	if frames == 0 {
-		return Features{}, fmt.Errorf("audioproc: log-mel of %d samples: need at least %d: %w",
-			len(samples), HopLength, ErrTooShort)
+		return Features{}, badAudio(ErrTooShort, "the audio is %d samples long; it needs at least %d",
+			len(samples), HopLength)
 	}
 	for i, v := range samples {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return Features{}, fmt.Errorf("audioproc: log-mel: sample %d is %v: %w", i, v, ErrNonFiniteSample)
+			return Features{}, badAudio(ErrNonFiniteSample, "audio sample %d is %v, not a number", i, v)
 		}
 	}
 

@@ -80,7 +80,7 @@ func stripTags(data []byte) ([]byte, error) {
 		sizeBytes := data[6:10]
 		for _, c := range sizeBytes {
 			if c&0x80 != 0 {
-				return nil, fmt.Errorf("audioproc: mp3: ID3v2 size is not synchsafe: %w", ErrCorrupt)
+				return nil, badAudio(ErrCorrupt, "not a valid MP3 file: the size in its ID3v2 tag is malformed")
 			}
 		}
 		size := int(sizeBytes[0])<<21 | int(sizeBytes[1])<<14 | int(sizeBytes[2])<<7 | int(sizeBytes[3])
@@ -89,7 +89,7 @@ func stripTags(data []byte) ([]byte, error) {
 			total += 10
 		}
 		if total > len(data) {
-			return nil, fmt.Errorf("audioproc: mp3: ID3v2 tag declares %d bytes, %d present: %w", total, len(data), ErrCorrupt)
+			return nil, badAudio(ErrCorrupt, "not a valid MP3 file: its ID3v2 tag declares %d bytes but the file has %d (is it cut short?)", total, len(data))
 		}
 		data = data[total:]
 	}
@@ -132,16 +132,16 @@ func decodeMP3(data []byte, limits Limits) (audio Audio, err error) {
 	}
 	h, start, ok := firstFrame(data)
 	if !ok {
-		return Audio{}, fmt.Errorf("audioproc: mp3: no MPEG audio frame found: %w", ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not an MP3 file: no MPEG audio frame found")
 	}
 	if h.layer != 3 {
-		return Audio{}, fmt.Errorf("audioproc: mp3: MPEG layer %d: %w", h.layer, ErrUnsupportedFormat)
+		return Audio{}, badAudio(ErrUnsupportedFormat, "MPEG layer %d audio is not supported; send MP3 (layer III) or WAV", h.layer)
 	}
 	if h.bitrateKbps == 0 {
-		return Audio{}, fmt.Errorf("audioproc: mp3: free-format bitrate: %w", ErrUnsupportedFormat)
+		return Audio{}, badAudio(ErrUnsupportedFormat, "free-format MP3 is not supported; send MP3 of a standard bitrate or WAV")
 	}
 	if err := checkShape(h.sampleRate, 1); err != nil {
-		return Audio{}, fmt.Errorf("audioproc: mp3: %w", err)
+		return Audio{}, err
 	}
 	channels := 2
 	if h.mono {
@@ -151,26 +151,26 @@ func decodeMP3(data []byte, limits Limits) (audio Audio, err error) {
 	// is a corrupt file, not a crash of the server.
 	defer func() {
 		if r := recover(); r != nil {
-			audio, err = Audio{}, fmt.Errorf("audioproc: mp3: decoder failed: %v: %w", r, ErrCorrupt)
+			audio, err = Audio{}, badAudioCause(ErrCorrupt, fmt.Errorf("mp3 decoder panicked: %v", r), "not a valid MP3 file: it does not decode")
 		}
 	}()
 	dec, err := mp3.NewDecoder(bytes.NewReader(data[start:]))
 	if err != nil {
-		return Audio{}, fmt.Errorf("audioproc: mp3: %v: %w", err, ErrCorrupt)
+		return Audio{}, badAudioCause(ErrCorrupt, err, "not a valid MP3 file: it does not decode")
 	}
 	if dec.SampleRate() != h.sampleRate {
-		return Audio{}, fmt.Errorf("audioproc: mp3: decoder reports %d Hz, header %d Hz: %w", dec.SampleRate(), h.sampleRate, ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not a valid MP3 file: its frames disagree on the sample rate (%d Hz and %d Hz)", h.sampleRate, dec.SampleRate())
 	}
 	// Length is the decoded size in bytes (4 per stereo frame), known from
 	// the frame headers before any audio is decoded.
 	const bytesPerFrame = 4
 	total := dec.Length()
 	if total < 0 {
-		return Audio{}, fmt.Errorf("audioproc: mp3: decoded length unknown: %w", ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not a valid MP3 file: its length cannot be determined")
 	}
 	frames := total / bytesPerFrame
 	if err := limits.check(frames, channels, h.sampleRate); err != nil {
-		return Audio{}, fmt.Errorf("audioproc: mp3: %w", err)
+		return Audio{}, err
 	}
 	samples := make([]float32, 0, int(frames)*channels)
 	buf := make([]byte, 64<<10)
@@ -195,7 +195,7 @@ func decodeMP3(data []byte, limits Limits) (audio Audio, err error) {
 			break
 		}
 		if rerr != nil {
-			return Audio{}, fmt.Errorf("audioproc: mp3: %v: %w", rerr, ErrCorrupt)
+			return Audio{}, badAudioCause(ErrCorrupt, rerr, "not a valid MP3 file: it does not decode")
 		}
 	}
 	return Audio{SampleRate: h.sampleRate, Channels: channels, Samples: samples}, nil

@@ -1,7 +1,6 @@
 package audioproc
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -53,8 +52,8 @@ func ResampledLength(n, fromRate, toRate int) int {
 func Resample(samples []float32, fromRate, toRate int) ([]float32, error) {
 	for _, r := range [2]int{fromRate, toRate} {
 		if r < MinSampleRate || r > MaxSampleRate {
-			return nil, fmt.Errorf("audioproc: resample %d Hz to %d Hz: rates must be within %d–%d Hz: %w",
-				fromRate, toRate, MinSampleRate, MaxSampleRate, ErrUnsupportedFormat)
+			return nil, badAudio(ErrUnsupportedFormat, "audio cannot be resampled from %d Hz to %d Hz; rates must be within %d–%d Hz",
+				fromRate, toRate, MinSampleRate, MaxSampleRate)
 		}
 	}
 	if fromRate == toRate {
@@ -62,7 +61,7 @@ func Resample(samples []float32, fromRate, toRate int) ([]float32, error) {
 	}
 	for i, v := range samples {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("audioproc: resample: sample %d is %v: %w", i, v, ErrNonFiniteSample)
+			return nil, badAudio(ErrNonFiniteSample, "audio sample %d is %v, not a number", i, v)
 		}
 	}
 	k := newResampleKernel(fromRate, toRate)

@@ -2,7 +2,6 @@ package audioproc
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 )
 
@@ -36,14 +35,14 @@ type wavFormat struct {
 // limits have passed.
 func decodeWAV(data []byte, limits Limits) (Audio, error) {
 	if len(data) < 12 || string(data[8:12]) != "WAVE" {
-		return Audio{}, fmt.Errorf("audioproc: wav: no RIFF/WAVE header: %w", ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not a WAV file: no RIFF/WAVE header")
 	}
 	switch string(data[:4]) {
 	case "RIFF":
 	case "RIFX", "RF64":
-		return Audio{}, fmt.Errorf("audioproc: wav: %q container: %w", data[:4], ErrUnsupportedFormat)
+		return Audio{}, badAudio(ErrUnsupportedFormat, "%s WAV files are not supported; send a RIFF WAV file", data[:4])
 	default:
-		return Audio{}, fmt.Errorf("audioproc: wav: no RIFF/WAVE header: %w", ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not a WAV file: no RIFF/WAVE header")
 	}
 	var (
 		format  *wavFormat
@@ -53,9 +52,9 @@ func decodeWAV(data []byte, limits Limits) (Audio, error) {
 	for payload == nil {
 		if len(rest) < 8 {
 			if format == nil {
-				return Audio{}, fmt.Errorf("audioproc: wav: no fmt chunk: %w", ErrCorrupt)
+				return Audio{}, badAudio(ErrCorrupt, "not a valid WAV file: it has no fmt chunk")
 			}
-			return Audio{}, fmt.Errorf("audioproc: wav: no data chunk: %w", ErrCorrupt)
+			return Audio{}, badAudio(ErrCorrupt, "not a valid WAV file: it has no data chunk")
 		}
 		id := string(rest[:4])
 		size := binary.LittleEndian.Uint32(rest[4:8])
@@ -65,7 +64,7 @@ func decodeWAV(data []byte, limits Limits) (Audio, error) {
 			// A streamed file: the data runs to the end of the input.
 			payload = body
 		case uint64(size) > uint64(len(body)):
-			return Audio{}, fmt.Errorf("audioproc: wav: %q chunk declares %d bytes, %d left: %w", id, size, len(body), ErrCorrupt)
+			return Audio{}, badAudio(ErrCorrupt, "not a valid WAV file: its %q chunk declares %d bytes but %d follow (is the file cut short?)", id, size, len(body))
 		case id == "data":
 			payload = body[:size]
 		case id == "fmt ":
@@ -87,11 +86,11 @@ func decodeWAV(data []byte, limits Limits) (Audio, error) {
 		rest = body[skip:]
 	}
 	if format == nil {
-		return Audio{}, fmt.Errorf("audioproc: wav: data chunk before any fmt chunk: %w", ErrCorrupt)
+		return Audio{}, badAudio(ErrCorrupt, "not a valid WAV file: its data chunk comes before the fmt chunk")
 	}
 	frames := int64(len(payload) / format.blockAlign) // a trailing partial frame is dropped, as libsndfile does
 	if err := limits.check(frames, format.channels, format.sampleRate); err != nil {
-		return Audio{}, fmt.Errorf("audioproc: wav: %w", err)
+		return Audio{}, err
 	}
 	samples := make([]float32, int(frames)*format.channels)
 	if err := format.convert(samples, payload); err != nil {
@@ -102,7 +101,7 @@ func decodeWAV(data []byte, limits Limits) (Audio, error) {
 
 func parseWAVFormat(b []byte) (*wavFormat, error) {
 	if len(b) < 16 {
-		return nil, fmt.Errorf("audioproc: wav: fmt chunk of %d bytes, need 16: %w", len(b), ErrCorrupt)
+		return nil, badAudio(ErrCorrupt, "not a valid WAV file: its fmt chunk is %d bytes; it needs at least 16", len(b))
 	}
 	tag := binary.LittleEndian.Uint16(b[0:2])
 	f := &wavFormat{
@@ -114,18 +113,18 @@ func parseWAVFormat(b []byte) (*wavFormat, error) {
 	if tag == wavTagExtensible {
 		// cbSize(2) validBits(2) channelMask(4) subFormat GUID(16).
 		if len(b) < 40 || binary.LittleEndian.Uint16(b[16:18]) < 22 {
-			return nil, fmt.Errorf("audioproc: wav: WAVE_FORMAT_EXTENSIBLE fmt chunk too short: %w", ErrCorrupt)
+			return nil, badAudio(ErrCorrupt, "not a valid WAV file: its WAVE_FORMAT_EXTENSIBLE fmt chunk is too short")
 		}
 		if string(b[26:40]) != ksdataformatSubtypeTail {
-			return nil, fmt.Errorf("audioproc: wav: extensible sub-format is not a KSDATAFORMAT_SUBTYPE: %w", ErrUnsupportedFormat)
+			return nil, badAudio(ErrUnsupportedFormat, "WAV files of this WAVE_FORMAT_EXTENSIBLE sub-format are not supported; send PCM or float WAV")
 		}
 		tag = binary.LittleEndian.Uint16(b[24:26])
 	}
 	if f.channels == 0 || f.sampleRate == 0 || bits == 0 {
-		return nil, fmt.Errorf("audioproc: wav: fmt declares %d channels, %d Hz, %d bits: %w", f.channels, f.sampleRate, bits, ErrCorrupt)
+		return nil, badAudio(ErrCorrupt, "not a valid WAV file: its fmt chunk declares %d channels, %d Hz, %d bits", f.channels, f.sampleRate, bits)
 	}
 	if err := checkShape(f.sampleRate, f.channels); err != nil {
-		return nil, fmt.Errorf("audioproc: wav: %w", err)
+		return nil, err
 	}
 	// Samples narrower than their container (12-bit in 16) are stored
 	// left-justified, so reading the whole container is right.
@@ -133,19 +132,19 @@ func parseWAVFormat(b []byte) (*wavFormat, error) {
 	switch tag {
 	case wavTagPCM:
 		if f.bytesPer > 4 {
-			return nil, fmt.Errorf("audioproc: wav: %d-bit integer PCM: %w", bits, ErrUnsupportedFormat)
+			return nil, badAudio(ErrUnsupportedFormat, "%d-bit integer PCM WAV is not supported; send 8-, 16-, 24- or 32-bit PCM or 32- or 64-bit float", bits)
 		}
 	case wavTagIEEEFloat:
 		if bits != 32 && bits != 64 {
-			return nil, fmt.Errorf("audioproc: wav: %d-bit float: %w", bits, ErrUnsupportedFormat)
+			return nil, badAudio(ErrUnsupportedFormat, "%d-bit float WAV is not supported; send 32- or 64-bit float or integer PCM", bits)
 		}
 		f.float = true
 	default:
-		return nil, fmt.Errorf("audioproc: wav: format tag %#04x (compressed or unknown encoding): %w", tag, ErrUnsupportedFormat)
+		return nil, badAudio(ErrUnsupportedFormat, "WAV files encoded with format tag %#04x (compressed or unknown) are not supported; send PCM or float WAV (ffmpeg -c:a pcm_s16le)", tag)
 	}
 	if f.blockAlign != f.channels*f.bytesPer {
-		return nil, fmt.Errorf("audioproc: wav: block align %d, want %d channels × %d bytes: %w",
-			f.blockAlign, f.channels, f.bytesPer, ErrCorrupt)
+		return nil, badAudio(ErrCorrupt, "not a valid WAV file: its block align is %d, but %d channels of %d bytes need %d",
+			f.blockAlign, f.channels, f.bytesPer, f.channels*f.bytesPer)
 	}
 	return f, nil
 }
@@ -175,7 +174,7 @@ func (f *wavFormat) convert(out []float32, b []byte) error {
 		if f.float {
 			v := float64(out[i])
 			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return fmt.Errorf("audioproc: wav: sample %d is %v: %w", i, out[i], ErrCorrupt)
+				return badAudio(ErrCorrupt, "not a valid WAV file: sample %d is %v, not a number", i, out[i])
 			}
 		}
 	}

@@ -156,13 +156,13 @@ func (r *chunkReader) next() (c chunk, ok bool, err error) {
 		return chunk{}, false, nil
 	}
 	if rest < 8 {
-		return chunk{}, false, fmt.Errorf("%w: %d stray bytes at the end of %s", ErrCorruptContainer, rest, r.where)
+		return chunk{}, false, badAVI("%d stray bytes at the end of %s", rest, r.where)
 	}
 	copy(c.id[:], r.buf[r.off:r.off+4])
 	size := uint64(binary.LittleEndian.Uint32(r.buf[r.off+4 : r.off+8]))
 	if size > uint64(rest-8) {
-		return chunk{}, false, fmt.Errorf("%w: chunk %v in %s declares %d bytes, %d remain (truncated?)",
-			ErrCorruptContainer, c.id, r.where, size, rest-8)
+		return chunk{}, false, badAVI("its %v chunk in %s declares %d bytes but %d follow (is the file cut short?)",
+			c.id, r.where, size, rest-8)
 	}
 	start := r.off + 8
 	c.body = r.buf[start : start+int(size)]
@@ -175,7 +175,7 @@ func (r *chunkReader) next() (c chunk, ok bool, err error) {
 func listType(c chunk) (fourCC, []byte, error) {
 	var t fourCC
 	if len(c.body) < 4 {
-		return t, nil, fmt.Errorf("%w: %v list of %d bytes has no type", ErrCorruptContainer, c.id, len(c.body))
+		return t, nil, badAVI("its %v list of %d bytes has no type", c.id, len(c.body))
 	}
 	copy(t[:], c.body[:4])
 	return t, c.body[4:], nil
@@ -197,16 +197,16 @@ type stream struct {
 // video codec or non-PCM audio with ErrUnsupportedCodec.
 func ParseAVI(data []byte, limits ContainerLimits) (*AVI, error) {
 	if len(data) > limits.MaxBytes {
-		return nil, fmt.Errorf("%w: video is %d bytes, limit %d", ErrTooLarge, len(data), limits.MaxBytes)
+		return nil, badInput(ErrTooLarge, "the video is %d bytes, over the limit of %d", len(data), limits.MaxBytes)
 	}
 	if kind := SniffContainer(data); kind != ContainerAVI {
 		if kind == "" {
-			return nil, fmt.Errorf("%w: unrecognized bytes; supported: %s", ErrUnsupportedContainer, supportedContainers)
+			return nil, badInput(ErrUnsupportedContainer, "not a video of a supported container; send %s", supportedContainers)
 		}
-		return nil, fmt.Errorf("%w: %s; supported: %s", ErrUnsupportedContainer, kind, supportedContainers)
+		return nil, badInput(ErrUnsupportedContainer, "the data is %s, not a supported video container; send %s", kind, supportedContainers)
 	}
 	p := aviParser{limits: limits, videoStream: -1, audioStream: -1}
-	top := chunkReader{buf: data, where: "file"}
+	top := chunkReader{buf: data, where: "the file"}
 	for first := true; ; first = false {
 		c, ok, err := top.next()
 		if err != nil {
@@ -228,7 +228,7 @@ func ParseAVI(data []byte, limits ContainerLimits) (*AVI, error) {
 		case !first && form == ccAVIX:
 			err = p.parseExtension(body)
 		default:
-			err = fmt.Errorf("%w: RIFF form %v", ErrCorruptContainer, form)
+			err = badAVI("it has a RIFF form %v", form)
 		}
 		if err != nil {
 			return nil, err
@@ -273,7 +273,7 @@ func (p *aviParser) parseMain(body []byte) error {
 		switch t {
 		case ccHdrl:
 			if sawHdrl {
-				return fmt.Errorf("%w: two hdrl lists", ErrCorruptContainer)
+				return badAVI("it has two hdrl lists")
 			}
 			sawHdrl = true
 			if err := p.parseHeader(content); err != nil {
@@ -281,7 +281,7 @@ func (p *aviParser) parseMain(body []byte) error {
 			}
 		case ccMovi:
 			if !sawHdrl {
-				return fmt.Errorf("%w: movi before hdrl", ErrCorruptContainer)
+				return badAVI("its movi list comes before the hdrl list")
 			}
 			if err := p.parseMovi(content, 0); err != nil {
 				return err
@@ -290,7 +290,7 @@ func (p *aviParser) parseMain(body []byte) error {
 		}
 	}
 	if !sawHdrl {
-		return fmt.Errorf("%w: no hdrl list", ErrCorruptContainer)
+		return badAVI("it has no hdrl list")
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (p *aviParser) parseMain(body []byte) error {
 // parseExtension reads an OpenDML RIFF 'AVIX' body (files past 1 GB).
 func (p *aviParser) parseExtension(body []byte) error {
 	if p.videoStream < 0 {
-		return fmt.Errorf("%w: AVIX before the main header", ErrCorruptContainer)
+		return badAVI("an AVIX list comes before the main header")
 	}
 	r := chunkReader{buf: body, where: "RIFF AVIX"}
 	for {
@@ -344,7 +344,7 @@ func (p *aviParser) parseHeader(body []byte) error {
 			continue
 		}
 		if len(p.streams) == maxStreams {
-			return fmt.Errorf("%w: more than %d streams", ErrCorruptContainer, maxStreams)
+			return badAVI("it has more than %d streams", maxStreams)
 		}
 		s, err := parseStreamList(content)
 		if err != nil {
@@ -366,7 +366,7 @@ func (p *aviParser) parseHeader(body []byte) error {
 		}
 	}
 	if p.videoStream < 0 {
-		return fmt.Errorf("%w: no video stream; supported: %s", ErrUnsupportedCodec, supportedContainers)
+		return badInput(ErrUnsupportedCodec, "the AVI file has no video stream; send %s", supportedContainers)
 	}
 	return nil
 }
@@ -389,7 +389,7 @@ func parseStreamList(body []byte) (stream, error) {
 			// AVISTREAMHEADER: fccType, fccHandler, dwFlags, wPriority,
 			// wLanguage, dwInitialFrames, dwScale, dwRate, ...
 			if len(c.body) < 28 {
-				return s, fmt.Errorf("%w: strh of %d bytes", ErrCorruptContainer, len(c.body))
+				return s, badAVI("a stream header (strh) is %d bytes; it needs 28", len(c.body))
 			}
 			copy(s.kind[:], c.body[0:4])
 			copy(s.handler[:], c.body[4:8])
@@ -401,7 +401,7 @@ func parseStreamList(body []byte) (stream, error) {
 		}
 	}
 	if !sawHeader {
-		return s, fmt.Errorf("%w: strl without strh", ErrCorruptContainer)
+		return s, badAVI("a stream list has no stream header (strh)")
 	}
 	return s, nil
 }
@@ -414,29 +414,29 @@ func (p *aviParser) acceptVideo(s stream, idx int) error {
 	// BITMAPINFOHEADER: biSize, biWidth, biHeight, biPlanes, biBitCount,
 	// biCompression, ...
 	if len(s.format) < 20 {
-		return fmt.Errorf("%w: video format of %d bytes", ErrCorruptContainer, len(s.format))
+		return badAVI("its video format (strf) is %d bytes; it needs 20", len(s.format))
 	}
 	width := int64(int32(binary.LittleEndian.Uint32(s.format[4:8])))
 	height := int64(int32(binary.LittleEndian.Uint32(s.format[8:12])))
 	copy(s.compressed[:], s.format[16:20])
 	if !mjpegFourCCs[s.compressed] && !mjpegFourCCs[s.handler] {
-		return fmt.Errorf("%w: video codec %v (handler %v); supported: %s",
-			ErrUnsupportedCodec, s.compressed, s.handler, supportedContainers)
+		return badInput(ErrUnsupportedCodec, "AVI video encoded as %v (handler %v) is not supported; send %s",
+			s.compressed, s.handler, supportedContainers)
 	}
 	if height < 0 {
 		height = -height // top-down bitmaps declare negative heights
 	}
 	if width <= 0 || height <= 0 {
-		return fmt.Errorf("%w: video size %d×%d", ErrCorruptContainer, width, height)
+		return badAVI("it declares a video size of %d×%d", width, height)
 	}
 	if width > int64(p.limits.MaxWidth) || height > int64(p.limits.MaxHeight) {
-		return fmt.Errorf("%w: video %d×%d exceeds %d×%d", ErrTooLarge, width, height, p.limits.MaxWidth, p.limits.MaxHeight)
+		return badInput(ErrTooLarge, "the video is %d×%d, over the limit of %d×%d", width, height, p.limits.MaxWidth, p.limits.MaxHeight)
 	}
 	if s.scale == 0 || s.rate == 0 {
-		return fmt.Errorf("%w: frame rate %d/%d", ErrCorruptContainer, s.rate, s.scale)
+		return badAVI("it declares a frame rate of %d/%d", s.rate, s.scale)
 	}
 	if fps := float64(s.rate) / float64(s.scale); fps > maxFPS {
-		return fmt.Errorf("%w: frame rate %.1f above %d", ErrCorruptContainer, fps, maxFPS)
+		return badAVI("it declares a frame rate of %.1f, above %d", fps, maxFPS)
 	}
 	p.videoStream = idx
 	return nil
@@ -452,17 +452,17 @@ func parseWaveFormat(b []byte) (*PCMAudio, error) {
 	// wFormatTag, nChannels, nSamplesPerSec, nAvgBytesPerSec, nBlockAlign,
 	// wBitsPerSample[, cbSize, extension]
 	if len(b) < 16 {
-		return nil, fmt.Errorf("%w: audio format of %d bytes", ErrCorruptContainer, len(b))
+		return nil, badAVI("its audio format (strf) is %d bytes; it needs 16", len(b))
 	}
 	tag := binary.LittleEndian.Uint16(b[0:2])
 	if tag == waveExtensible {
 		if len(b) < 40 || !bytes.Equal(b[26:40], ksdataformatSubtypeTail) {
-			return nil, fmt.Errorf("%w: malformed WAVE_FORMAT_EXTENSIBLE", ErrCorruptContainer)
+			return nil, badAVI("its audio format is a malformed WAVE_FORMAT_EXTENSIBLE")
 		}
 		tag = binary.LittleEndian.Uint16(b[24:26])
 	}
 	if tag != wavePCM && tag != waveIEEEFloat {
-		return nil, fmt.Errorf("%w: audio format tag 0x%04x; supported: PCM (ffmpeg -c:a pcm_s16le)", ErrUnsupportedCodec, tag)
+		return nil, badInput(ErrUnsupportedCodec, "AVI audio with format tag 0x%04x is not supported; send PCM audio (ffmpeg -c:a pcm_s16le)", tag)
 	}
 	a := &PCMAudio{
 		Channels:      int(binary.LittleEndian.Uint16(b[2:4])),
@@ -477,14 +477,14 @@ func parseWaveFormat(b []byte) (*PCMAudio, error) {
 	}
 	switch {
 	case a.Channels < 1 || a.Channels > 8:
-		return nil, fmt.Errorf("%w: %d audio channels", ErrCorruptContainer, a.Channels)
+		return nil, badAVI("its audio declares %d channels", a.Channels)
 	case a.SampleRate < 1 || a.SampleRate > 768000:
-		return nil, fmt.Errorf("%w: sample rate %d", ErrCorruptContainer, a.SampleRate)
+		return nil, badAVI("its audio declares a sample rate of %d Hz", a.SampleRate)
 	case !validBits:
-		return nil, fmt.Errorf("%w: %d-bit audio", ErrUnsupportedCodec, a.BitsPerSample)
+		return nil, badInput(ErrUnsupportedCodec, "%d-bit AVI audio is not supported; send 16-bit PCM audio (ffmpeg -c:a pcm_s16le)", a.BitsPerSample)
 	case blockAlign != a.Channels*a.BitsPerSample/8:
-		return nil, fmt.Errorf("%w: block align %d for %d channels of %d bits",
-			ErrCorruptContainer, blockAlign, a.Channels, a.BitsPerSample)
+		return nil, badAVI("its audio block align is %d for %d channels of %d bits",
+			blockAlign, a.Channels, a.BitsPerSample)
 	}
 	return a, nil
 }
@@ -508,7 +508,7 @@ func (p *aviParser) parseMovi(body []byte, depth int) error {
 			}
 			if t == ccRec {
 				if depth >= maxRecDepth {
-					return fmt.Errorf("%w: rec lists nested deeper than %d", ErrCorruptContainer, maxRecDepth)
+					return badAVI("its rec lists nest deeper than %d", maxRecDepth)
 				}
 				if err := p.parseMovi(content, depth+1); err != nil {
 					return err
@@ -528,7 +528,7 @@ func (p *aviParser) parseMovi(body []byte, depth int) error {
 			}
 		case num == p.audioStream && kind == "wb":
 			if len(c.body) > p.limits.MaxAudioBytes-len(p.pcm) {
-				return fmt.Errorf("%w: audio track exceeds %d bytes", ErrTooLarge, p.limits.MaxAudioBytes)
+				return badInput(ErrTooLarge, "the video's audio track is over the limit of %d bytes", p.limits.MaxAudioBytes)
 			}
 			p.pcm = append(p.pcm, c.body...)
 		}
@@ -539,14 +539,14 @@ func (p *aviParser) parseMovi(body []byte, depth int) error {
 // frame (writers emit them for dropped frames).
 func (p *aviParser) addFrame(body []byte) error {
 	if len(p.frames) >= p.limits.MaxFrames {
-		return fmt.Errorf("%w: more than %d video frames", ErrTooLarge, p.limits.MaxFrames)
+		return badInput(ErrTooLarge, "the video has more frames than the limit of %d", p.limits.MaxFrames)
 	}
 	if len(body) > p.limits.MaxFrameBytes {
-		return fmt.Errorf("%w: frame %d is %d bytes, limit %d", ErrTooLarge, len(p.frames), len(body), p.limits.MaxFrameBytes)
+		return badInput(ErrTooLarge, "video frame %d is %d bytes, over the limit of %d", len(p.frames), len(body), p.limits.MaxFrameBytes)
 	}
 	if len(body) == 0 {
 		if len(p.frames) == 0 {
-			return fmt.Errorf("%w: the first video frame is empty", ErrCorruptContainer)
+			return badAVI("its first video frame is empty")
 		}
 		p.frames = append(p.frames, p.frames[len(p.frames)-1])
 		return nil
@@ -577,10 +577,10 @@ func hexDigit(b byte) (int, bool) {
 // finish assembles the AVI once every RIFF has been read.
 func (p *aviParser) finish() (*AVI, error) {
 	if !p.sawMovi {
-		return nil, fmt.Errorf("%w: no movi list", ErrCorruptContainer)
+		return nil, badAVI("it has no movi list")
 	}
 	if len(p.frames) == 0 {
-		return nil, fmt.Errorf("%w: no video frames", ErrCorruptContainer)
+		return nil, badAVI("it has no video frames")
 	}
 	v := p.streams[p.videoStream]
 	width := int(int32(binary.LittleEndian.Uint32(v.format[4:8])))
@@ -620,14 +620,14 @@ func (a *AVI) DecodeFrame(i int) (image.Image, error) {
 	}
 	cfg, err := jpeg.DecodeConfig(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("frame %d header: %w: %w", i, ErrCorruptContainer, err)
+		return nil, badInputCause(ErrCorruptContainer, err, "not a valid AVI file: video frame %d is not a valid JPEG image%s", i, cutShort(err))
 	}
 	if cfg.Width > a.limits.MaxWidth || cfg.Height > a.limits.MaxHeight {
-		return nil, fmt.Errorf("%w: frame %d is %d×%d, limit %d×%d", ErrTooLarge, i, cfg.Width, cfg.Height, a.limits.MaxWidth, a.limits.MaxHeight)
+		return nil, badInput(ErrTooLarge, "video frame %d is %d×%d, over the limit of %d×%d", i, cfg.Width, cfg.Height, a.limits.MaxWidth, a.limits.MaxHeight)
 	}
 	img, err := jpeg.Decode(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("frame %d: %w: %w", i, ErrCorruptContainer, err)
+		return nil, badInputCause(ErrCorruptContainer, err, "not a valid AVI file: video frame %d is not a valid JPEG image%s", i, cutShort(err))
 	}
 	return img, nil
 }

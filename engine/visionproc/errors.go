@@ -1,9 +1,14 @@
 package visionproc
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"io"
+)
 
 // Sentinel errors. Callers tell cases apart with errors.Is; every returned
-// error wraps exactly one of these with context.
+// error wraps exactly one of these with context. Errors about the input
+// also have a ClientMessage method (see inputError).
 var (
 	// ErrUnsupportedFormat: the bytes are not an image format this package
 	// decodes (PNG, JPEG, GIF), e.g. WebP, BMP, TIFF, HEIC.
@@ -33,3 +38,56 @@ var (
 	// formulas cannot work with (zero sizes, non-positive factors, ...).
 	ErrInvalidArgument = errors.New("invalid argument")
 )
+
+// inputError is an error about the image or video handed in. Its message
+// says what is wrong with it in the terms of whoever sent it, with no
+// package name or decoder jargon, so that a server can pass it to its
+// client as is (ClientMessage); Error adds what a decoder underneath
+// reported, for the log. It wraps its class, one of the sentinels above,
+// and that cause.
+type inputError struct {
+	class error
+	msg   string
+	cause error
+}
+
+// badInput is an inputError of class with a formatted message.
+func badInput(class error, format string, args ...any) error {
+	return &inputError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+// badInputCause is badInput keeping a decoder's own error for the log.
+func badInputCause(class, cause error, format string, args ...any) error {
+	return &inputError{class: class, msg: fmt.Sprintf(format, args...), cause: cause}
+}
+
+// badAVI is an ErrCorruptContainer about a malformed AVI file.
+func badAVI(format string, args ...any) error {
+	return &inputError{class: ErrCorruptContainer, msg: "not a valid AVI file: " + fmt.Sprintf(format, args...)}
+}
+
+func (e *inputError) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+// ClientMessage is the message without the cause underneath.
+func (e *inputError) ClientMessage() string { return e.msg }
+
+func (e *inputError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.class}
+	}
+	return []error{e.class, e.cause}
+}
+
+// cutShort words a decoder error that ran out of bytes, the usual sign of
+// a file cut short; for any other error it is empty.
+func cutShort(err error) string {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return ": it is cut short"
+	}
+	return ""
+}

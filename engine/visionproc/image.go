@@ -3,7 +3,6 @@ package visionproc
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"image"
 	"image/gif"
 	"image/jpeg"
@@ -18,7 +17,14 @@ const (
 )
 
 // supportedImageFormats is named in every ErrUnsupportedFormat message.
-const supportedImageFormats = "PNG, JPEG, GIF"
+const supportedImageFormats = "PNG, JPEG or GIF"
+
+// imageFormatNames are the names a message gives the formats SniffImage
+// reports.
+var imageFormatNames = map[string]string{
+	FormatPNG: "PNG", FormatJPEG: "JPEG", FormatGIF: "GIF",
+	"webp": "WebP", "bmp": "BMP", "tiff": "TIFF", "heif": "HEIF", "avif": "AVIF",
+}
 
 // ImageLimits bound what DecodeImage accepts. They are checked from the
 // header before any pixel buffer is allocated, so a small file that declares
@@ -45,14 +51,15 @@ func DefaultImageLimits() ImageLimits {
 	}
 }
 
-// check reports whether a declared size is within the limits.
-func (l ImageLimits) check(width, height int) error {
+// check reports whether the size an image of format (a name from
+// imageFormatNames) declares is within the limits.
+func (l ImageLimits) check(format string, width, height int) error {
 	if width <= 0 || height <= 0 {
-		return fmt.Errorf("%w: declared size %d×%d", ErrCorruptImage, width, height)
+		return badInput(ErrCorruptImage, "not a valid %s image: it declares a size of %d×%d", format, width, height)
 	}
 	if width > l.MaxWidth || height > l.MaxHeight || int64(width)*int64(height) > l.MaxPixels {
-		return fmt.Errorf("%w: image %d×%d exceeds %d×%d or %d pixels",
-			ErrTooLarge, width, height, l.MaxWidth, l.MaxHeight, l.MaxPixels)
+		return badInput(ErrTooLarge, "the %s image is %d×%d, over the limit of %d×%d and %d pixels",
+			format, width, height, l.MaxWidth, l.MaxHeight, l.MaxPixels)
 	}
 	return nil
 }
@@ -90,7 +97,7 @@ func SniffImage(data []byte) string {
 // WebP and other formats are refused with ErrUnsupportedFormat.
 func DecodeImage(data []byte, limits ImageLimits) (image.Image, string, error) {
 	if len(data) > limits.MaxBytes {
-		return nil, "", fmt.Errorf("%w: image is %d bytes, limit %d", ErrTooLarge, len(data), limits.MaxBytes)
+		return nil, "", badInput(ErrTooLarge, "the image is %d bytes, over the limit of %d", len(data), limits.MaxBytes)
 	}
 	format := SniffImage(data)
 	var decodeConfig func([]byte) (image.Config, error)
@@ -106,23 +113,24 @@ func DecodeImage(data []byte, limits ImageLimits) (image.Image, string, error) {
 		decodeConfig = func(b []byte) (image.Config, error) { return gif.DecodeConfig(bytes.NewReader(b)) }
 		decode = func(b []byte) (image.Image, error) { return gif.Decode(bytes.NewReader(b)) }
 	case "":
-		return nil, "", fmt.Errorf("%w: unrecognized bytes; supported: %s", ErrUnsupportedFormat, supportedImageFormats)
+		return nil, "", badInput(ErrUnsupportedFormat, "not an image of a supported format; send %s", supportedImageFormats)
 	default:
-		return nil, "", fmt.Errorf("%w: %s; supported: %s", ErrUnsupportedFormat, format, supportedImageFormats)
+		return nil, "", badInput(ErrUnsupportedFormat, "%s images are not supported; send %s", imageFormatNames[format], supportedImageFormats)
 	}
+	name := imageFormatNames[format]
 	cfg, err := decodeConfig(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s header: %w", ErrCorruptImage, format, err)
+		return nil, "", badInputCause(ErrCorruptImage, err, "not a valid %s image%s", name, cutShort(err))
 	}
-	if err := limits.check(cfg.Width, cfg.Height); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", format, err)
+	if err := limits.check(name, cfg.Width, cfg.Height); err != nil {
+		return nil, "", err
 	}
 	img, err := decode(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s: %w", ErrCorruptImage, format, err)
+		return nil, "", badInputCause(ErrCorruptImage, err, "not a valid %s image%s", name, cutShort(err))
 	}
 	if b := img.Bounds(); b.Dx() <= 0 || b.Dy() <= 0 {
-		return nil, "", fmt.Errorf("%w: %s decodes to an empty image", ErrCorruptImage, format)
+		return nil, "", badInput(ErrCorruptImage, "not a valid %s image: it is empty", name)
 	}
 	return img, format, nil
 }

@@ -137,14 +137,14 @@ func TestDecodeImageRefusals(t *testing.T) {
 		{"decompression bomb", withPNGSize(t, small, 100000, 100000), limits, ErrTooLarge, "100000×100000"},
 		{"over max pixels", withPNGSize(t, small, 10000, 10000), limits, ErrTooLarge, "10000×10000"},
 		{"over max bytes", small, ImageLimits{MaxBytes: 10, MaxWidth: 100, MaxHeight: 100, MaxPixels: 1e4}, ErrTooLarge, "bytes"},
-		{"zero width header", withPNGSize(t, small, 0, 4), limits, ErrCorruptImage, "png"},
-		{"truncated png", small[:len(small)-20], limits, ErrCorruptImage, "png"},
-		{"truncated jpeg", encodeJPEG(t, opaqueRGBA(16, 16), 90)[:40], limits, ErrCorruptImage, "jpeg"},
-		{"webp", append([]byte("RIFF\x10\x00\x00\x00WEBPVP8 "), make([]byte, 8)...), limits, ErrUnsupportedFormat, "webp"},
-		{"bmp", []byte("BM\x00\x00\x00\x00\x00\x00\x00\x00"), limits, ErrUnsupportedFormat, "bmp"},
-		{"heic", []byte("\x00\x00\x00\x18ftypheic\x00\x00\x00\x00"), limits, ErrUnsupportedFormat, "heif"},
-		{"garbage", []byte("hello, world"), limits, ErrUnsupportedFormat, "PNG, JPEG, GIF"},
-		{"empty", nil, limits, ErrUnsupportedFormat, "PNG, JPEG, GIF"},
+		{"zero width header", withPNGSize(t, small, 0, 4), limits, ErrCorruptImage, "PNG"},
+		{"truncated png", small[:len(small)-20], limits, ErrCorruptImage, "PNG"},
+		{"truncated jpeg", encodeJPEG(t, opaqueRGBA(16, 16), 90)[:40], limits, ErrCorruptImage, "JPEG"},
+		{"webp", append([]byte("RIFF\x10\x00\x00\x00WEBPVP8 "), make([]byte, 8)...), limits, ErrUnsupportedFormat, "WebP"},
+		{"bmp", []byte("BM\x00\x00\x00\x00\x00\x00\x00\x00"), limits, ErrUnsupportedFormat, "BMP"},
+		{"heic", []byte("\x00\x00\x00\x18ftypheic\x00\x00\x00\x00"), limits, ErrUnsupportedFormat, "HEIF"},
+		{"garbage", []byte("hello, world"), limits, ErrUnsupportedFormat, "PNG, JPEG or GIF"},
+		{"empty", nil, limits, ErrUnsupportedFormat, "PNG, JPEG or GIF"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func Patchify(frames []Frame, cfg Config) (Patches, error) {
 	grid := Grid{T: (len(frames) + tps - 1) / tps, H: h / ps, W: w / ps}
 	n := grid.T * grid.H * grid.W
 	if cfg.MaxPatches > 0 && n > cfg.MaxPatches {
-		return Patches{}, fmt.Errorf("%w: %d patches, limit %d", ErrTooLarge, n, cfg.MaxPatches)
+		return Patches{}, badInput(ErrTooLarge, "it makes %d patches, over the limit of %d", n, cfg.MaxPatches)
 	}
 	dim := cfg.PatchDim()
 	out := Patches{Values: make([]float32, n*dim), Dim: dim, Grid: grid, MergeSize: ms, Width: w, Height: h}
@@ -166,8 +166,11 @@ func checkPatchBudget(frames, height, width int, cfg Config) error {
 	t := (frames + cfg.TemporalPatchSize - 1) / cfg.TemporalPatchSize
 	n := int64(t) * int64(height/cfg.PatchSize) * int64(width/cfg.PatchSize)
 	if n > int64(cfg.MaxPatches) {
-		return fmt.Errorf("%w: %d frames at %d×%d make %d patches, limit %d",
-			ErrTooLarge, frames, width, height, n, cfg.MaxPatches)
+		if frames == 1 {
+			return badInput(ErrTooLarge, "resized to %d×%d it makes %d patches, over the limit of %d", width, height, n, cfg.MaxPatches)
+		}
+		return badInput(ErrTooLarge, "its %d sampled frames, resized to %d×%d, make %d patches, over the limit of %d",
+			frames, width, height, n, cfg.MaxPatches)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func SmartResize(height, width, factor, minPixels, maxPixels int) (resizedHeight
 		return 0, 0, fmt.Errorf("%w: image size %d×%d", ErrInvalidArgument, height, width)
 	}
 	if height > maxSide || width > maxSide {
-		return 0, 0, fmt.Errorf("%w: image size %d×%d above %d per side", ErrTooLarge, height, width, maxSide)
+		return 0, 0, badInput(ErrTooLarge, "its size %d×%d is over the limit of %d per side", width, height, maxSide)
 	}
 	if factor <= 0 || factor > maxSide || minPixels < 0 || maxPixels <= 0 {
 		return 0, 0, fmt.Errorf("%w: factor %d, min_pixels %d, max_pixels %d",
@@ -36,7 +36,7 @@ func SmartResize(height, width, factor, minPixels, maxPixels int) (resizedHeight
 	}
 	long, short := max(height, width), min(height, width)
 	if ratio := float64(long) / float64(short); ratio > maxAspectRatio {
-		return 0, 0, fmt.Errorf("%w: %d×%d has ratio %.1f", ErrAspectRatio, height, width, ratio)
+		return 0, 0, badInput(ErrAspectRatio, "its size %d×%d has an aspect ratio of %.1f, over the limit of %d", width, height, ratio, maxAspectRatio)
 	}
 	h, w, f := float64(height), float64(width), float64(factor)
 	hBar := int(math.RoundToEven(h/f)) * factor

@@ -31,7 +31,7 @@ func SampleFrameCount(total int, sourceFPS float64, cfg VideoConfig) (int, error
 	n = math.Min(math.Min(math.Max(n, float64(cfg.MinFrames)), float64(maxFrames)), float64(total))
 	count := int(math.Floor(n/float64(tps))) * tps
 	if count <= 0 {
-		return 0, fmt.Errorf("%w: %d frames sample to %d, need at least %d", ErrTooFewFrames, total, count, tps)
+		return 0, badInput(ErrTooFewFrames, "the video is too short: its %d frames at %.3g fps sample to %d, and the processor needs at least %d", total, sourceFPS, count, tps)
 	}
 	return count, nil
 }
@@ -141,8 +141,8 @@ func ProcessVideo(data []byte, limits ContainerLimits, cfg VideoConfig) (Video, 
 			}
 			rs = newResizer(srcW, srcH, rw, rh)
 		} else if f.Width != srcW || f.Height != srcH {
-			return Video{}, fmt.Errorf("%w: frame %d is %d×%d, frame %d is %d×%d",
-				ErrCorruptContainer, fi, f.Width, f.Height, indices[0], srcW, srcH)
+			return Video{}, badAVI("video frame %d is %d×%d but frame %d is %d×%d",
+				fi, f.Width, f.Height, indices[0], srcW, srcH)
 		}
 		frames[i] = rs.resize(f)
 	}

@@ -5,6 +5,7 @@ package buildinfo
 
 import (
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"strings"
 )
@@ -66,6 +67,22 @@ func fromBuildInfo(stamp string, bi *debug.BuildInfo) Info {
 
 // Version is this binary's version (Info.Version).
 func Version() string { return Read().Version }
+
+// pseudoVersion matches the versions the go command makes up for a commit
+// that no tag names (https://go.dev/ref/mod#pseudo-versions): vX.0.0-,
+// vX.Y.Z-pre.0. or vX.Y.Z-0. followed by the commit's UTC time and the
+// first twelve hex digits of its hash.
+var pseudoVersion = regexp.MustCompile(`^v\d+\.\d+\.\d+-(.+\.)?\d{14}-[0-9a-f]{12}$`)
+
+// Release reports whether Version names a release, which an image or a
+// package of that version can carry: a stamped version or a tag. A
+// development build ("dev"), a pseudo-version (a build of an untagged
+// commit) and a version with build metadata ("+dirty" for a modified tree,
+// "+incompatible") are not.
+func (i Info) Release() bool {
+	v := i.Version
+	return v != "" && v != "dev" && !strings.Contains(v, "+") && !pseudoVersion.MatchString(v)
+}
 
 // String is the one line "omnipd version" prints: the version, then what
 // is known of the revision, then the toolchain, e.g.

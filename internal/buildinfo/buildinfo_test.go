@@ -29,3 +29,26 @@ func TestFromBuildInfo(t *testing.T) {
 		}
 	}
 }
+
+func TestRelease(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		release bool
+	}{
+		{"v0.4.0", true},
+		{"v1.2.3-rc.1", true},
+		{"1.2.3", true},
+		{"dev", false},
+		{"", false},
+		{"v0.0.0-20261201100000-3b2af53c1e0f", false},
+		{"v0.4.1-0.20261201100000-3b2af53c1e0f", false},
+		{"v0.5.0-rc.1.0.20261201100000-3b2af53c1e0f", false},
+		{"v0.4.0+dirty", false},
+		{"v0.0.0-20261201100000-3b2af53c1e0f+dirty", false},
+		{"v2.0.0+incompatible", false},
+	} {
+		if got := (Info{Version: tc.version}).Release(); got != tc.release {
+			t.Errorf("Info{Version: %q}.Release() = %v, want %v", tc.version, got, tc.release)
+		}
+	}
+}

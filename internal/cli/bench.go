@@ -80,7 +80,7 @@ Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
 	f.StringVar(&o.audioFmt, "audio-format", "wav", "audio format to ask for with --modalities text,audio: wav or pcm")
 	f.StringVar(&o.dataset, "dataset", "random", "random, random-mm (random text with synthetic media) or sharegpt")
 	f.StringVar(&o.datasetPath, "dataset-path", "", "ShareGPT JSON file (--dataset sharegpt)")
-	f.IntVar(&o.inputLen, "input-len", 128, "random dataset: prompt length in tokens (about)")
+	f.IntVar(&o.inputLen, "input-len", 128, "random datasets: prompt length in tokens as the server counts them, fitted to its tokenizer with one-token requests before the run; on the chat endpoint the chat template's tokens come on top, as with vllm bench serve")
 	f.IntVar(&o.outputLen, "output-len", 0, "random dataset: max_tokens (default 128); sharegpt: cap on each answer's length (default none)")
 	f.IntVar(&o.mmBaseItems, "random-mm-base-items-per-request", bench.DefaultMMBaseItemsPerRequest, "random-mm: media items a request carries, before the range ratio")
 	f.Float64Var(&o.mmRangeRatio, "random-mm-num-mm-items-range-ratio", 0, "random-mm: r in [0, 1]; a request's item count is uniform in [floor(n(1-r)), ceil(n(1+r))]")
@@ -331,6 +331,11 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		cfg.Target.Model = m
 	}
 	p.settings.Model = cfg.Target.Model
+	if ds, ok := cfg.Dataset.(fittable); ok {
+		if err := fitPrompts(ctx, &cfg, ds, &p.settings, o.quiet, stderr); err != nil {
+			return err
+		}
+	}
 	p.settings.StartedAt = time.Now().UTC().Format(time.RFC3339)
 	if !o.quiet {
 		cfg.Progress = bench.NewProgress(stderr, isTerminal(stderr))
@@ -377,6 +382,38 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintln(stderr, "omnipd bench: every request failed")
 	return exitError{1}
+}
+
+// fittable is a dataset whose prompts can be fitted to the server's token
+// counts (the random datasets).
+type fittable interface {
+	Fit(*bench.PromptFit) (bench.Dataset, error)
+}
+
+// fitPrompts fits cfg's dataset to --input-len tokens as the server counts
+// them. A server whose counts cannot be had (no usage reported, requests
+// failing) gets the prompts unfitted, with a warning and the reason in the
+// report: the run still measures what it can.
+func fitPrompts(ctx context.Context, cfg *bench.Config, ds fittable, st *bench.Settings, quiet bool, stderr io.Writer) error {
+	if !quiet {
+		fmt.Fprintln(stderr, "fitting prompts to --input-len: measuring the server's token counts with one-token requests")
+	}
+	fit, err := bench.MeasureFit(ctx, *cfg)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "interrupted before the run")
+		return exitError{130}
+	}
+	if err != nil {
+		st.InputFitError = err.Error()
+		fmt.Fprintf(stderr, "omnipd bench: warning: prompts not fitted to tokens (%v); each is %d words, about one token each in a BPE vocabulary, and the report shows the tokens sent\n", err, st.InputLen)
+		return nil
+	}
+	fitted, err := ds.Fit(fit)
+	if err != nil {
+		return err
+	}
+	cfg.Dataset, st.InputFit = fitted, fit
+	return nil
 }
 
 // prepareOutputs creates the directories the report goes to and checks

@@ -251,6 +251,50 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 }
 
+// --input-len is tokens as the server counts them, as in vllm bench
+// serve: on completions every prompt is exactly that many
+// (usage.prompt_tokens), on chat that many and the chat template's; the
+// report shows what was asked for beside what was sent.
+func TestBenchInputLenIsTokens(t *testing.T) {
+	url := benchDeployment(t)
+	// What the reference Thinker's template adds around a user message.
+	template := len(tokenizer.Default().ApplyChatTemplate([]tokenizer.Message{{Role: "user"}}, true))
+	for _, tc := range []struct {
+		endpoint string
+		want     int
+		rows     []string
+	}{
+		{"completions", 64, nil},
+		{"chat", 64 + template, []string{fmt.Sprintf("| chat template tokens per request | %d |", template),
+			fmt.Sprintf("random (input 64 tokens and the chat template's %d, output 2 tokens)", template)}},
+	} {
+		t.Run(tc.endpoint, func(t *testing.T) {
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			code, stdout, stderr := run(t, "bench", "--base-url", url, "--endpoint", tc.endpoint, "--input-len", "64", "--output-len", "2",
+				"--num-prompts", "6", "--concurrency", "3", "--seed", "5", "--quiet", "--output-json", jsonPath)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			rows := append([]string{"| input tokens per request, asked (--input-len) | 64 |",
+				fmt.Sprintf("| input tokens per request, sent (mean usage.prompt_tokens) | %d.00 |", tc.want)}, tc.rows...)
+			for _, row := range rows {
+				if !strings.Contains(stdout, row) {
+					t.Errorf("report lacks %q:\n%s", row, stdout)
+				}
+			}
+			rep, _ := readReport(t, jsonPath)
+			if f := rep.Settings.InputFit; f == nil || f.Added != tc.want-64 || f.AddedInInputLen != (tc.endpoint == "completions") {
+				t.Errorf("input_fit %+v (%s); want %d tokens added", f, rep.Settings.InputFitError, tc.want-64)
+			}
+			for _, r := range rep.Runs[0].Requests {
+				if !r.Success || !r.PromptTokensReported || r.PromptTokens != tc.want {
+					t.Errorf("request %d: %d prompt tokens (reported %v); want %d", r.Index, r.PromptTokens, r.PromptTokensReported, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // A sweep over request rates reports a row per rate and charts against
 // the rate; a ShareGPT file drives the same server.
 func TestBenchSweepAndShareGPT(t *testing.T) {
@@ -305,7 +349,7 @@ func TestBenchFailingServer(t *testing.T) {
 	defer srv.Close()
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	code, stdout, stderr := run(t, "bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "5", "--request-rate", "1000", "--output-json", jsonPath, "--quiet")
-	if code != 1 || !strings.Contains(stderr, "every request failed") {
+	if code != 1 || !strings.Contains(stderr, "every request failed") || !strings.Contains(stderr, "prompts not fitted to tokens") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
 	for _, want := range []string{"| completed requests | 0 |", "| failed requests | 5 |", "| 5 | HTTP 503: the decode stage is unavailable (decode_upstream_unavailable) |"} {
@@ -327,7 +371,9 @@ func TestBenchInterrupted(t *testing.T) {
 	hung := make(chan struct{}, 64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		if r.Header.Get("X-Request-Id") == "" || strings.HasSuffix(r.Header.Get("X-Request-Id"), "-0") {
+		// The first request, and those measuring the token counts, are
+		// answered; the others hang until the interrupt.
+		if id := r.Header.Get("X-Request-Id"); id == "" || strings.HasSuffix(id, "-0") || strings.Contains(id, "-fit-") {
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
 			return
 		}
@@ -466,7 +512,8 @@ func TestBenchRandomMMEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"random-mm (input 8, output 4 tokens; 2 media items a request from {(32, 48, 1): 0.5, (0, 1, 1): 0.5})",
+	template := len(tokenizer.Default().ApplyChatTemplate([]tokenizer.Message{{Role: "user"}}, true))
+	for _, want := range []string{fmt.Sprintf("random-mm (input 8 tokens and the chat template's %d, output 4 tokens; 2 media items a request from {(32, 48, 1): 0.5, (0, 1, 1): 0.5})", template),
 		"| completed requests | 3 |", "| media items sent | 6 |", "| media sent (MB) |", "| request bodies sent (MB) |"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/spf13/cobra"
 )
-
-// Version is set at build time with -ldflags "-X github.com/omnipd/omnipd/internal/cli.Version=...".
-var Version = "dev"
 
 // exitError carries the process exit code for an error already reported.
 type exitError struct{ code int }
@@ -45,7 +43,11 @@ with the Thinker split into a prefill and a decode stage. It reads vllm-omni
 deploy configs as they are written.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version (and -v), as vllm --version; the same line as
+		// "omnipd version".
+		Version: buildinfo.Read().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newChatCmd(), newValidateCmd(), newExpandCmd(), newPlanCmd(), newWorkerCmd(), newVersionCmd())
@@ -60,7 +62,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print omnipd's version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), "omnipd", Version)
+			fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Read())
 			return nil
 		},
 	}

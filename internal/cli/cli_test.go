@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/internal/buildinfo"
 )
 
 const fixtures = "../../deploy/testdata/fixtures/vllm-omni/"
@@ -150,10 +151,15 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// "omnipd version", "omnipd --version" (as vllm --version) and -v all
+// print the build's one line: version, revision, toolchain.
 func TestVersion(t *testing.T) {
-	code, out, _ := run(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "omnipd ") {
-		t.Errorf("version: exit %d, %q", code, out)
+	want := buildinfo.Read().String() + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-v"}} {
+		code, out, errOut := run(t, args...)
+		if code != 0 || out != want {
+			t.Errorf("omnipd %s: exit %d, stdout %q, stderr %q; want %q", strings.Join(args, " "), code, out, errOut, want)
+		}
 	}
 }
 

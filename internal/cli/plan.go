@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/kube"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/spf13/cobra"
@@ -94,10 +95,15 @@ The reference connector is omnipd's own; choose a vLLM connector with
 }
 
 // defaultImage is the omnipd image of this build's version.
-func defaultImage() string {
-	tag := Version
-	if tag == "" || tag == "dev" {
-		tag = "latest"
+func defaultImage() string { return imageFor(buildinfo.Read()) }
+
+// imageFor is the omnipd image of a build: tagged with its version when
+// that names a release, "latest" for a development build, whose version
+// (dev, a pseudo-version, a +dirty tree) no published image carries.
+func imageFor(info buildinfo.Info) string {
+	tag := "latest"
+	if info.Release() {
+		tag = info.Version
 	}
 	return kube.DefaultImageRepository + ":" + tag
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/kube"
 )
 
@@ -44,15 +45,28 @@ func TestPlanKubernetesPrintsTheGolden(t *testing.T) {
 	}
 }
 
+// The orchestrator's image is tagged with the build's version when that
+// names a release, and is latest for a development build, whose version no
+// published image carries (and whose "+dirty" no image tag may hold).
 func TestPlanKubernetesImageFollowsVersion(t *testing.T) {
-	defer func(v string) { Version = v }(Version)
-	Version = "v1.2.3"
+	for _, tc := range []struct {
+		version, tag string
+	}{
+		{"v1.2.3", "v1.2.3"},
+		{"dev", "latest"},
+		{"v0.0.0-20261201100000-3b2af53c1e0f", "latest"},
+		{"v0.4.0+dirty", "latest"},
+	} {
+		if got, want := imageFor(buildinfo.Info{Version: tc.version}), kube.DefaultImageRepository+":"+tc.tag; got != want {
+			t.Errorf("version %s: image %s, want %s", tc.version, got, want)
+		}
+	}
 	code, out, errOut := run(t, "plan", "--target", "kubernetes", "--pd", "--connector", "NixlConnector", fixtures+"qwen3_omni_moe_thinking.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
-	if !strings.Contains(out, "image: "+kube.DefaultImageRepository+":v1.2.3\n") {
-		t.Errorf("the orchestrator image is not this version's:\n%s", out)
+	if want := "image: " + imageFor(buildinfo.Read()) + "\n"; !strings.Contains(out, want) {
+		t.Errorf("the orchestrator image is not this build's %q:\n%s", want, out)
 	}
 }
 

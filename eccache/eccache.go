@@ -6,7 +6,8 @@
 // way. An entry is read as often as asked (a request retried on another
 // prefill fetches it again) and is held under leases, one per request that
 // asked for it (the same item in two requests is one entry); it lives until
-// its last lease is released (the requests ended) or its TTL runs out. A
+// its last lease is released (the requests ended) or its TTL runs out —
+// on time, whether or not calls come to the store, until it is closed. A
 // lease is released by name, so a request whose encoder answer never came
 // still frees what the encoder kept for it. Len is the gauge that shows
 // none are left.
@@ -14,6 +15,7 @@ package eccache
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -41,17 +43,43 @@ var (
 	// ErrReleased: the lease was released before the outputs were kept
 	// (the request ended while its encoder leg was on its way).
 	ErrReleased = errors.New("eccache: lease already released")
+	// ErrClosed: the store was closed (the worker is shutting down).
+	ErrClosed = errors.New("eccache: store closed")
 )
+
+// Clock is the time a Store expires entries by: the time now, and a timer
+// that calls f in its own goroutine once d has passed unless stopped
+// first. Tests inject one they move by hand.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending call of Clock.AfterFunc; *time.Timer is one.
+type Timer interface {
+	// Stop cancels the call; false when it already ran or was stopped.
+	Stop() bool
+}
+
+// systemClock is the real time.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                            { return time.Now() }
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+var _ Clock = systemClock{}
 
 // Config configures a Store; the zero value works.
 type Config struct {
 	// TTL bounds how long an entry waits to be released (default 60 s).
 	TTL time.Duration
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Clock is the time entries expire by (default the system's).
+	Clock Clock
 }
 
-// Store holds entries by key. Safe for concurrent use.
+// Store holds entries by key. Safe for concurrent use: one mutex guards
+// it. Entries expire on time whether or not calls come — a timer is set for
+// the soonest expiry while anything waits to expire — until Close.
 type Store struct {
 	cfg     Config
 	mu      sync.Mutex
@@ -60,13 +88,29 @@ type Store struct {
 	// released remembers leases released before anything was kept under
 	// them, until the TTL: a release can overtake the encoder leg it ends
 	// (the leg stalled on its way), whose outputs are then not kept.
-	released map[string]time.Time
+	released map[string]*list.Element
+	// byExpiry (*held) and releasedByExpiry (*releasedLease) are in the
+	// order they expire, soonest first: with one TTL for all, that is the
+	// order of their last put or release, so a sweep looks at no more
+	// than it frees.
+	byExpiry, releasedByExpiry list.List
+	// sweeper is the timer of the next sweep; nil when none is set.
+	sweeper Timer
+	closed  bool
 }
 
 type held struct {
+	key     string
 	entry   *Entry
 	expires time.Time
 	leases  map[string]bool
+	// place is the entry's element in Store.byExpiry.
+	place *list.Element
+}
+
+type releasedLease struct {
+	lease string
+	until time.Time
 }
 
 // NewStore makes a store.
@@ -74,36 +118,44 @@ func NewStore(cfg Config) *Store {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 60 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
 	}
-	return &Store{cfg: cfg, entries: map[string]*held{}, leases: map[string]map[string]bool{}, released: map[string]time.Time{}}
+	return &Store{cfg: cfg, entries: map[string]*held{}, leases: map[string]map[string]bool{}, released: map[string]*list.Element{}}
 }
 
 // Put keeps e under key for lease, replacing the rows that were there (the
 // same item encoded again gives the same rows) and adding lease to the
-// entry's holders.
+// entry's holders; its TTL starts again.
 func (s *Store) Put(key, lease string, e *Entry) error {
 	if key == "" || len(key) > 256 || lease == "" || len(lease) > 256 {
 		return fmt.Errorf("eccache: invalid key %q or lease %q", key, lease)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
+	if s.closed {
+		return ErrClosed
+	}
+	now := s.cfg.Clock.Now()
+	s.sweepLocked(now)
 	if _, gone := s.released[lease]; gone {
 		return fmt.Errorf("%w: %q", ErrReleased, lease)
 	}
 	h, ok := s.entries[key]
 	if !ok {
-		h = &held{leases: map[string]bool{}}
+		h = &held{key: key, leases: map[string]bool{}}
 		s.entries[key] = h
+	} else {
+		s.byExpiry.Remove(h.place)
 	}
-	h.entry, h.expires = e, s.cfg.Now().Add(s.cfg.TTL)
+	h.entry, h.expires = e, now.Add(s.cfg.TTL)
+	h.place = s.byExpiry.PushBack(h)
 	h.leases[lease] = true
 	if s.leases[lease] == nil {
 		s.leases[lease] = map[string]bool{}
 	}
 	s.leases[lease][key] = true
+	s.armLocked(now)
 	return nil
 }
 
@@ -112,17 +164,25 @@ func (s *Store) Put(key, lease string, e *Entry) error {
 func (s *Store) Release(lease string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	now := s.cfg.Clock.Now()
 	keys, ok := s.leases[lease]
 	delete(s.leases, lease)
-	s.released[lease] = s.cfg.Now().Add(s.cfg.TTL)
+	if el, again := s.released[lease]; again {
+		s.releasedByExpiry.Remove(el)
+	}
+	s.released[lease] = s.releasedByExpiry.PushBack(&releasedLease{lease: lease, until: now.Add(s.cfg.TTL)})
 	for key := range keys {
 		if h, ok := s.entries[key]; ok {
 			delete(h.leases, lease)
 			if len(h.leases) == 0 {
-				delete(s.entries, key)
+				s.removeLocked(h)
 			}
 		}
 	}
+	s.armLocked(now)
 	return ok
 }
 
@@ -130,7 +190,7 @@ func (s *Store) Release(lease string) bool {
 func (s *Store) Get(key string) (*Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
+	s.sweepLocked(s.cfg.Clock.Now())
 	h, ok := s.entries[key]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, key)
@@ -142,28 +202,84 @@ func (s *Store) Get(key string) (*Entry, error) {
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweepLocked()
+	s.sweepLocked(s.cfg.Clock.Now())
 	return len(s.entries)
 }
 
-func (s *Store) sweepLocked() {
-	now := s.cfg.Now()
-	for lease, until := range s.released {
-		if now.After(until) {
-			delete(s.released, lease)
+// Close frees every entry and stops the sweeps; the store keeps nothing
+// afterwards (Put fails with ErrClosed). Safe to call more than once.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.sweeper != nil {
+		s.sweeper.Stop()
+		s.sweeper = nil
+	}
+	clear(s.entries)
+	clear(s.leases)
+	clear(s.released)
+	s.byExpiry.Init()
+	s.releasedByExpiry.Init()
+}
+
+// removeLocked frees h and takes it out of its leases.
+func (s *Store) removeLocked(h *held) {
+	delete(s.entries, h.key)
+	s.byExpiry.Remove(h.place)
+	for lease := range h.leases {
+		delete(s.leases[lease], h.key)
+		if len(s.leases[lease]) == 0 {
+			delete(s.leases, lease)
 		}
 	}
-	for k, h := range s.entries {
-		if now.After(h.expires) {
-			delete(s.entries, k)
-			for lease := range h.leases {
-				delete(s.leases[lease], k)
-				if len(s.leases[lease]) == 0 {
-					delete(s.leases, lease)
-				}
-			}
+}
+
+// sweepLocked frees what expired by now, soonest first.
+func (s *Store) sweepLocked(now time.Time) {
+	for el := s.byExpiry.Front(); el != nil && !now.Before(el.Value.(*held).expires); el = s.byExpiry.Front() {
+		s.removeLocked(el.Value.(*held))
+	}
+	for el := s.releasedByExpiry.Front(); el != nil && !now.Before(el.Value.(*releasedLease).until); el = s.releasedByExpiry.Front() {
+		delete(s.released, el.Value.(*releasedLease).lease)
+		s.releasedByExpiry.Remove(el)
+	}
+}
+
+// armLocked sets the timer for the soonest expiry unless one is set. A set
+// timer is never late for what comes after it: with one TTL for all, a
+// later put or release expires no sooner than what the timer was set for.
+func (s *Store) armLocked(now time.Time) {
+	if s.closed || s.sweeper != nil {
+		return
+	}
+	var next time.Time
+	if el := s.byExpiry.Front(); el != nil {
+		next = el.Value.(*held).expires
+	}
+	if el := s.releasedByExpiry.Front(); el != nil {
+		if until := el.Value.(*releasedLease).until; next.IsZero() || until.Before(next) {
+			next = until
 		}
 	}
+	if next.IsZero() {
+		return
+	}
+	s.sweeper = s.cfg.Clock.AfterFunc(max(next.Sub(now), 0), s.sweepLater)
+}
+
+// sweepLater is the timer's sweep: it frees what expired and sets the
+// timer for what is left.
+func (s *Store) sweepLater() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweeper = nil
+	if s.closed {
+		return
+	}
+	now := s.cfg.Clock.Now()
+	s.sweepLocked(now)
+	s.armLocked(now)
 }
 
 // Paths where a worker serves its store: GET Path{key} reads an entry,

@@ -60,10 +60,12 @@ func TestFetchReleaseOverHTTP(t *testing.T) {
 
 // Entries nobody releases go at their TTL.
 func TestTTL(t *testing.T) {
-	now := time.Unix(1000, 0)
-	s := NewStore(Config{TTL: time.Minute, Now: func() time.Time { return now }})
+	clock := newFakeClock()
+	s := NewStore(Config{TTL: time.Minute, Clock: clock})
 	_ = s.Put("k", "req", entry())
-	now = now.Add(2 * time.Minute)
+	clock.mu.Lock()
+	clock.now = clock.now.Add(2 * time.Minute) // and no timer runs: the calls themselves sweep
+	clock.mu.Unlock()
 	if _, err := s.Get("k"); !errors.Is(err, ErrNotFound) || s.Len() != 0 || len(s.leases) != 0 {
 		t.Errorf("an entry outlived its TTL: %v, %d held, %d leases", err, s.Len(), len(s.leases))
 	}

@@ -13,6 +13,7 @@
 package kvnotice
 
 import (
+	"container/list"
 	"context"
 	"sync"
 )
@@ -23,34 +24,62 @@ import (
 const DefaultCapacity = 1 << 16
 
 // Board counts done notices by id. The zero value is ready to use; it is
-// safe for concurrent use (one mutex guards the counts).
+// safe for concurrent use (one mutex guards its ids). Every call costs O(1)
+// however many notices are outstanding: the ids nobody waits for are kept
+// in arrival order in a list each id knows its place in, so forgetting the
+// oldest and dropping any one are both a splice.
 type Board struct {
 	// Capacity bounds the ids remembered with nobody waiting; 0 means
 	// DefaultCapacity.
 	Capacity int
 
-	mu     sync.Mutex
-	counts map[string]int
-	order  []string // ids in arrival order, for forgetting the oldest
-	wake   map[string]chan struct{}
+	mu  sync.Mutex
+	ids map[string]*notices
+	// idle holds the ids with notices that nobody awaits, oldest first:
+	// the ones forgotten past Capacity. An awaited id is never in it.
+	idle list.List
+}
+
+// notices is what the board knows of one id.
+type notices struct {
+	id    string
+	count int
+	// waiters is how many Awaits of the id are in progress; while any is,
+	// the id is not idle and cannot be forgotten.
+	waiters int
+	// wake is closed, and cleared, at the id's next notice or when it is
+	// dropped; nil while nobody waits.
+	wake chan struct{}
+	// idle is the id's element in Board.idle, nil when it is not there.
+	idle *list.Element
+}
+
+// get returns id's notices, remembering id if it is new; b.mu is held.
+func (b *Board) get(id string) *notices {
+	if b.ids == nil {
+		b.ids = map[string]*notices{}
+	}
+	n, ok := b.ids[id]
+	if !ok {
+		n = &notices{id: id}
+		b.ids[id] = n
+	}
+	return n
 }
 
 // Done records one notice under id.
 func (b *Board) Done(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.counts == nil {
-		b.counts = map[string]int{}
-		b.wake = map[string]chan struct{}{}
-	}
-	if _, ok := b.counts[id]; !ok {
-		b.order = append(b.order, id)
+	n := b.get(id)
+	n.count++
+	if n.waiters == 0 && n.idle == nil {
+		n.idle = b.idle.PushBack(n)
 		b.forget()
 	}
-	b.counts[id]++
-	if ch, ok := b.wake[id]; ok {
-		close(ch)
-		delete(b.wake, id)
+	if n.wake != nil {
+		close(n.wake)
+		n.wake = nil
 	}
 }
 
@@ -60,71 +89,65 @@ func (b *Board) forget() {
 	if limit <= 0 {
 		limit = DefaultCapacity
 	}
-	for len(b.order) > limit {
-		id := b.order[0]
-		b.order = b.order[1:]
-		if _, waited := b.wake[id]; waited {
-			b.order = append(b.order, id)
-			if len(b.order) <= len(b.wake) {
-				return // every remembered id is awaited
-			}
-			continue
-		}
-		delete(b.counts, id)
+	for b.idle.Len() > limit {
+		b.drop(b.idle.Front().Value.(*notices))
 	}
 }
 
 // Await returns once n notices under id have arrived, counting those that
 // came before the call, and forgets id; or returns ctx's error.
 func (b *Board) Await(ctx context.Context, id string, n int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for {
-		b.mu.Lock()
-		if b.counts == nil {
-			b.counts = map[string]int{}
-			b.wake = map[string]chan struct{}{}
-		}
-		if b.counts[id] >= n {
-			b.drop(id)
-			b.mu.Unlock()
+		// Another Await of the same id may have taken and dropped it while
+		// this one slept; it then waits under a fresh entry, as for an id
+		// never seen.
+		got := b.get(id)
+		if got.count >= n {
+			b.drop(got)
 			return nil
 		}
-		ch, ok := b.wake[id]
-		if !ok {
-			ch = make(chan struct{})
-			b.wake[id] = ch
+		if err := ctx.Err(); err != nil {
+			b.drop(got)
+			return err
 		}
+		if got.idle != nil {
+			b.idle.Remove(got.idle)
+			got.idle = nil
+		}
+		if got.wake == nil {
+			got.wake = make(chan struct{})
+		}
+		wake := got.wake
+		got.waiters++
 		b.mu.Unlock()
 		select {
-		case <-ch:
+		case <-wake:
 		case <-ctx.Done():
-			b.mu.Lock()
-			b.drop(id)
-			b.mu.Unlock()
-			return ctx.Err()
 		}
+		b.mu.Lock()
+		got.waiters--
 	}
 }
 
-// drop forgets id; b.mu is held.
-func (b *Board) drop(id string) {
-	if _, ok := b.counts[id]; ok {
-		delete(b.counts, id)
-		for i, o := range b.order {
-			if o == id {
-				b.order = append(b.order[:i], b.order[i+1:]...)
-				break
-			}
-		}
+// drop forgets n's id and wakes whoever waits for it; b.mu is held.
+func (b *Board) drop(n *notices) {
+	delete(b.ids, n.id)
+	if n.idle != nil {
+		b.idle.Remove(n.idle)
+		n.idle = nil
 	}
-	if ch, ok := b.wake[id]; ok {
-		close(ch)
-		delete(b.wake, id)
+	if n.wake != nil {
+		close(n.wake)
+		n.wake = nil
 	}
 }
 
-// Pending is how many ids the board remembers (tests: nothing leaks).
+// Pending is how many ids the board remembers, awaited or not (tests:
+// nothing leaks).
 func (b *Board) Pending() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.counts) + len(b.wake)
+	return len(b.ids)
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/engine"
+	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/sampler"
+	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageconn"
 )
@@ -198,9 +200,78 @@ func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int
 		if err := json.Unmarshal(raw, &c); err != nil || c.Key == "" || c.Layer < 1 || c.Layer > s.eng.Model().Config.NumLayers {
 			return openai.InvalidRequest("omnipd_conditioning", fmt.Sprintf("want {\"key\": a non-empty string, \"layer\": 1..%d}", s.eng.Model().Config.NumLayers))
 		}
+		if s.cfg.TTSTokenIDs == noTTSTokens {
+			return openai.InvalidRequest("omnipd_conditioning", fmt.Sprintf("this model has no TTS tokens (%s, %s, %s), whose embeddings a Talker needs with the rows; serve an omni Thinker, or name them in its config.json (%s, %s, %s)",
+				ttsRoles[0].name, ttsRoles[1].name, ttsRoles[2].name, ttsRoles[0].key, ttsRoles[1].key, ttsRoles[2].key))
+		}
 		g.conditioning = &c
 	}
 	return nil
+}
+
+// ttsRoles are the three TTS tokens a stash carries, in Config.TTSTokenIDs'
+// order: how the tokenizer spells each and the config.json key that names
+// its id. Qwen3-Omni: <tts_pad> 151671, <tts_text_bos> 151672,
+// <tts_text_eod> 151673 (transformers' Qwen3OmniMoeConfig; vllm-omni's
+// Thinker embeds them for the Talker in qwen3_omni.py).
+var ttsRoles = [3]struct{ name, key string }{
+	{tokenizer.TTSPad, "tts_pad_token_id"},
+	{tokenizer.TTSBos, "tts_bos_token_id"},
+	{tokenizer.TTSEos, "tts_eos_token_id"},
+}
+
+// noTTSTokens is Config.TTSTokenIDs of a model that has no TTS tokens: the
+// worker serves text and refuses to keep conditioning.
+var noTTSTokens = [3]int{-1, -1, -1}
+
+// ttsTokenIDs settles the tokens whose embeddings a stash carries: the
+// configured ids, else the checkpoint config's (tts_pad_token_id, …), else
+// the tokenizer's TTS tokens by name, else none. Each id must be its TTS
+// token or, where the tokenizer has no such token, no token at all (an
+// unused embedding row): a multimodal marker, a chat marker or a text token
+// would hand the Talker another token's embedding as its text stream.
+func ttsTokenIDs(ids [3]int, m *model.Model, tok *tokenizer.Tokenizer) ([3]int, error) {
+	source := "configured"
+	switch {
+	case ids == noTTSTokens:
+		return ids, nil
+	case ids != [3]int{}:
+	case len(m.Config.TTSTokenIDs) == len(ids):
+		source = "the checkpoint's"
+		copy(ids[:], m.Config.TTSTokenIDs)
+	default:
+		source = "the tokenizer's"
+		for i, role := range ttsRoles {
+			id, ok := tok.TokenID(role.name)
+			if !ok || !tok.IsSpecial(id) {
+				return noTTSTokens, nil
+			}
+			ids[i] = id
+		}
+	}
+	vocab := m.Config.VocabSize
+	for i, id := range ids {
+		role := ttsRoles[i]
+		what := fmt.Sprintf("worker: %s %s %d", source, role.key, id)
+		if id < 0 || id >= vocab {
+			return ids, fmt.Errorf("%s is outside the vocabulary (size %d)", what, vocab)
+		}
+		if j := slices.Index(ids[:i], id); j >= 0 {
+			return ids, fmt.Errorf("%s is %s too", what, ttsRoles[j].key)
+		}
+		name, isToken := tok.TokenName(id)
+		want, named := tok.TokenID(role.name)
+		switch {
+		case named && id == want:
+		case isToken && tok.IsSpecial(id):
+			return ids, fmt.Errorf("%s is %s, a special token of another meaning; want %s", what, name, role.name)
+		case isToken:
+			return ids, fmt.Errorf("%s is the text token %q; want %s", what, name, role.name)
+		case named:
+			return ids, fmt.Errorf("%s is no token, and the vocabulary's %s is %d", what, role.name, want)
+		}
+	}
+	return ids, nil
 }
 
 // generate runs the request through the engine and writes the response.

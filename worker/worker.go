@@ -49,8 +49,12 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (default 16 MiB).
 	MaxBodyBytes int64
 	// TTSTokenIDs are the pad, bos and eos tokens whose embeddings a
-	// conditioning stash carries (default: the vocabulary's last three ids;
-	// Qwen3-Omni's are 151671, 151672, 151673).
+	// conditioning stash carries (Qwen3-Omni's <tts_pad> 151671,
+	// <tts_text_bos> 151672, <tts_text_eod> 151673). Default: the
+	// checkpoint config's tts_pad_token_id, tts_bos_token_id and
+	// tts_eos_token_id, else the tokenizer's tokens of those names, else none
+	// (all -1: the worker serves text and refuses omnipd_conditioning). New
+	// refuses an id that is another token, such as a multimodal marker.
 	TTSTokenIDs [3]int
 	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
 	StashTTL time.Duration
@@ -106,18 +110,15 @@ func New(cfg Config) (*Server, error) {
 	} else if cfg.MaxModelLen > positions {
 		return nil, fmt.Errorf("worker: max model length %d exceeds the model's %d positions", cfg.MaxModelLen, positions)
 	}
-	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret, cfg.Logger)
+	// Settled before the KV side channel opens: a refusal leaves nothing running.
+	ttsIDs, err := ttsTokenIDs(cfg.TTSTokenIDs, cfg.Engine.Model(), cfg.Engine.Tokenizer())
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TTSTokenIDs == [3]int{} {
-		v := cfg.Engine.Model().Config.VocabSize
-		cfg.TTSTokenIDs = [3]int{v - 3, v - 2, v - 1}
-	}
-	for _, id := range cfg.TTSTokenIDs {
-		if id < 0 || id >= cfg.Engine.Model().Config.VocabSize {
-			return nil, fmt.Errorf("worker: TTS token id %d is outside the vocabulary", id)
-		}
+	cfg.TTSTokenIDs = ttsIDs
+	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux(),
 		// The store's routes sit behind the worker's own secret check, like

@@ -231,7 +231,7 @@ func TestLoadErrors(t *testing.T) {
 		{"missing", cfg, one(without("model.layers.1.self_attn.k_norm.weight")), nil,
 			[]string{`missing tensor "model.layers.1.self_attn.k_norm.weight"`, "want shape [16]"}},
 		{"missing lm_head", untied, one(base()), nil,
-			[]string{`missing tensor "lm_head.weight"`, "want shape [266 64]"}},
+			[]string{`missing tensor "lm_head.weight"`, "want shape [269 64]"}},
 		{"misshaped", cfg, one(replace("model.layers.2.self_attn.q_proj.weight", f32([]int{64, 63}))), nil,
 			[]string{`"model.layers.2.self_attn.q_proj.weight" has shape [64 63], want [64 64]`, "model.safetensors"}},
 		{"transposed", cfg, one(replace("model.layers.0.mlp.down_proj.weight", f32([]int{128, 64}))), nil,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/omnipd/omnipd/engine/mmproc"
 )
@@ -20,6 +21,12 @@ type Config struct {
 	// BOSTokenID is -1 when config.json has none (null or absent).
 	BOSTokenID  int
 	EOSTokenIDs []int
+	// TTSTokenIDs are the tts_pad, tts_bos and tts_eos tokens whose word
+	// embeddings the Thinker hands the Talker, as Qwen3-Omni's config
+	// carries them (tts_pad_token_id, tts_bos_token_id, tts_eos_token_id at
+	// its top level, Qwen3OmniMoeConfig in transformers); nil when
+	// config.json has none.
+	TTSTokenIDs []int
 	// MRope is the multimodal rotary split (rope_scaling.mrope_section and
 	// mrope_interleaved, as Qwen3-Omni's Thinker has them): which of the
 	// three position rows (temporal, height, width) each rotary frequency
@@ -63,7 +70,13 @@ type hfConfig struct {
 	HiddenAct             *string         `json:"hidden_act"`
 	AttentionBias         *bool           `json:"attention_bias"`
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+	TTSPadTokenID         *int            `json:"tts_pad_token_id"`
+	TTSBosTokenID         *int            `json:"tts_bos_token_id"`
+	TTSEosTokenID         *int            `json:"tts_eos_token_id"`
 }
+
+// ttsKeys are the config.json keys of Config.TTSTokenIDs, in its order.
+var ttsKeys = [3]string{"tts_pad_token_id", "tts_bos_token_id", "tts_eos_token_id"}
 
 // ropeParameters is rope_scaling (older transformers) or rope_parameters
 // (newer); only plain RoPE is implemented.
@@ -172,6 +185,9 @@ func ParseConfig(b []byte) (Config, error) {
 	if c.EOSTokenIDs, err = parseEOS(h.EOSTokenID); err != nil {
 		return Config{}, err
 	}
+	if c.TTSTokenIDs, err = parseTTS([3]*int{h.TTSPadTokenID, h.TTSBosTokenID, h.TTSEosTokenID}); err != nil {
+		return Config{}, err
+	}
 	if err := checkUnsupported(&h); err != nil {
 		return Config{}, err
 	}
@@ -243,6 +259,22 @@ func parseEOS(raw json.RawMessage) ([]int, error) {
 	return ids, nil
 }
 
+// parseTTS takes the three TTS token ids, all or none: a Talker needs
+// every one of them.
+func parseTTS(ids [3]*int) ([]int, error) {
+	var out []int
+	for i, id := range ids {
+		if id != nil {
+			out = append(out, *id)
+			continue
+		}
+		if ids != [3]*int{} {
+			return nil, fmt.Errorf("%s: missing; give all three TTS token ids or none", ttsKeys[i])
+		}
+	}
+	return out, nil
+}
+
 // Validate reports the first inconsistency, naming the config.json key.
 func (c Config) Validate() error {
 	for _, f := range []struct {
@@ -299,6 +331,24 @@ func (c Config) Validate() error {
 			return fmt.Errorf("eos_token_id: %d is outside the vocabulary (size %d)", id, c.VocabSize)
 		}
 	}
+	return c.validateTTS()
+}
+
+func (c Config) validateTTS() error {
+	if c.TTSTokenIDs == nil {
+		return nil
+	}
+	if len(c.TTSTokenIDs) != len(ttsKeys) {
+		return fmt.Errorf("tts token ids: want %d (pad, bos, eos), got %v", len(ttsKeys), c.TTSTokenIDs)
+	}
+	for i, id := range c.TTSTokenIDs {
+		if id < 0 || id >= c.VocabSize {
+			return fmt.Errorf("%s: %d is outside the vocabulary (size %d)", ttsKeys[i], id, c.VocabSize)
+		}
+		if j := slices.Index(c.TTSTokenIDs[:i], id); j >= 0 {
+			return fmt.Errorf("%s: %d is %s too", ttsKeys[i], id, ttsKeys[j])
+		}
+	}
 	return nil
 }
 
@@ -336,6 +386,9 @@ type hfConfigOut struct {
 	UseSlidingWindow      bool     `json:"use_sliding_window"`
 	BOSTokenID            *int     `json:"bos_token_id"`
 	EOSTokenID            any      `json:"eos_token_id"`
+	TTSPadTokenID         *int     `json:"tts_pad_token_id,omitempty"`
+	TTSBosTokenID         *int     `json:"tts_bos_token_id,omitempty"`
+	TTSEosTokenID         *int     `json:"tts_eos_token_id,omitempty"`
 	TorchDType            string   `json:"torch_dtype"`
 }
 
@@ -370,6 +423,9 @@ func (c Config) marshal(torchDType string) ([]byte, error) {
 	}
 	if r := c.MRope; r != (mmproc.RotarySections{}) {
 		out.RopeScaling = &ropeOut{RopeType: "default", MRopeSection: []int{r.Temporal, r.Height, r.Width}, MRopeInterleaved: r.Interleaved}
+	}
+	if ids := c.TTSTokenIDs; len(ids) == len(ttsKeys) {
+		out.TTSPadTokenID, out.TTSBosTokenID, out.TTSEosTokenID = &ids[0], &ids[1], &ids[2]
 	}
 	switch len(c.EOSTokenIDs) {
 	case 0:

@@ -52,6 +52,11 @@ func TestParseConfigDefaultsAndVariants(t *testing.T) {
 		{"default rope_scaling", minimal + `, "rope_scaling": {"type": "default"}, "rope_theta": 123}`, func(c Config) bool {
 			return c.RopeTheta == 123
 		}},
+		{"no TTS tokens", minimal + `}`, func(c Config) bool { return c.TTSTokenIDs == nil }},
+		// Qwen3-Omni's config carries them at its top level (Qwen3OmniMoeConfig).
+		{"TTS tokens", minimal + `, "tts_pad_token_id": 97, "tts_bos_token_id": 98, "tts_eos_token_id": 99}`, func(c Config) bool {
+			return reflect.DeepEqual(c.TTSTokenIDs, []int{97, 98, 99})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig([]byte(tc.json))
@@ -85,6 +90,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{minimal + `, "eos_token_id": "x"}`, "eos_token_id: want an integer or a list"},
 		{minimal + `, "bos_token_id": [1]}`, "bos_token_id: want an integer"},
 		{minimal + `, "max_position_embeddings": -5}`, "max_position_embeddings: must be positive"},
+		{minimal + `, "tts_pad_token_id": 97, "tts_eos_token_id": 99}`, "tts_bos_token_id: missing; give all three TTS token ids or none"},
+		{minimal + `, "tts_pad_token_id": 97, "tts_bos_token_id": 100, "tts_eos_token_id": 99}`, "tts_bos_token_id: 100 is outside the vocabulary (size 100)"},
+		{minimal + `, "tts_pad_token_id": 97, "tts_bos_token_id": 98, "tts_eos_token_id": 97}`, "tts_eos_token_id: 97 is tts_pad_token_id too"},
+		{minimal + `, "tts_pad_token_id": "x", "tts_bos_token_id": 98, "tts_eos_token_id": 99}`, "tts_pad_token_id"},
 		{`{"vocab_size": 4611686018427387904, "hidden_size": 4611686018427387904, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}`, "too large"},
 	} {
 		_, err := ParseConfig([]byte(tc.json))

@@ -126,13 +126,14 @@ func (m *Model) tie() {
 }
 
 // DefaultConfig is the geometry of the built-in model: byte-level
-// vocabulary (256 bytes, then <|endoftext|>, <|im_start|>, <|im_end|>, and
-// the seven multimodal markers of tokenizer.Default), with Qwen3-Omni's
+// vocabulary (256 bytes, then <|endoftext|>, <|im_start|>, <|im_end|>, the
+// seven multimodal markers and the three TTS tokens of tokenizer.Default,
+// which TTSTokenIDs names as a Qwen3-Omni config does), with Qwen3-Omni's
 // interleaved multimodal rotary layout scaled to its 8 frequencies
 // (mmproc.RotarySections.FrequencyRows).
 func DefaultConfig() Config {
 	return Config{
-		VocabSize:             266,
+		VocabSize:             269,
 		MRope:                 mmproc.RotarySections{Temporal: 4, Height: 2, Width: 2, Interleaved: true},
 		HiddenSize:            64,
 		IntermediateSize:      128,
@@ -146,6 +147,7 @@ func DefaultConfig() Config {
 		TieWordEmbeddings:     true,
 		BOSTokenID:            256,
 		EOSTokenIDs:           []int{258, 256},
+		TTSTokenIDs:           []int{266, 267, 268},
 	}
 }
 
@@ -155,11 +157,18 @@ func DefaultConfig() Config {
 // it changes every golden output built on Default.
 const defaultSeed = 2
 
+// seededVocab is the built-in vocabulary's size when defaultSeed was
+// chosen. The embedding rows of tokens added since (the TTS tokens) are
+// drawn after every other weight, so each weight drawn before keeps its
+// value: an output built on Default changes only where it picks a new
+// token.
+const seededVocab = 266
+
 // Default returns the built-in tiny model. Its weights come from a
 // fixed-seed PCG through integer-exact arithmetic, so they are the same on
 // every run, machine and architecture.
 func Default() *Model {
-	m, err := randomModel(DefaultConfig(), defaultSeed)
+	m, err := randomModel(DefaultConfig(), defaultSeed, seededVocab)
 	if err != nil {
 		panic(err) // DefaultConfig is valid; pinned by a test
 	}
@@ -171,13 +180,14 @@ func Default() *Model {
 // tied embeddings a large embedding row stays in the residual stream and
 // votes for its own token, so greedy decoding would repeat the input; the
 // final norm's weight instead sets the logit scale (standard deviation
-// about 2).
-func randomModel(c Config, seed uint64) (*Model, error) {
+// about 2). The embedding rows past firstRows are drawn last.
+func randomModel(c Config, seed uint64, firstRows int) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	m := newModel(c)
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var lastRows []float32
 	for _, p := range m.params() {
 		n := p.shape[0]
 		if len(p.shape) == 2 {
@@ -190,7 +200,9 @@ func randomModel(c Config, seed uint64) (*Model, error) {
 				w[i] = 1
 			}
 		case kindEmbed:
-			fill(r, w, 0.1)
+			split := min(firstRows, c.VocabSize) * c.HiddenSize
+			fill(r, w[:split], 0.1)
+			lastRows = w[split:]
 		case kindLinear:
 			// Uniform on ±sqrt(3/in) has variance 1/in: outputs keep the
 			// scale of their normalised inputs.
@@ -198,6 +210,7 @@ func randomModel(c Config, seed uint64) (*Model, error) {
 		}
 		*p.w = w
 	}
+	fill(r, lastRows, 0.1)
 	for i := range m.norm {
 		m.norm[i] = 4
 	}

@@ -28,7 +28,7 @@ func tinyConfig(tied bool) Config {
 // test notices a norm weight applied wrongly or to the wrong place.
 func randomTestModel(t testing.TB, c Config, seed uint64) *Model {
 	t.Helper()
-	m, err := randomModel(c, seed)
+	m, err := randomModel(c, seed, c.VocabSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestDefaultIsPinned(t *testing.T) {
 	}
 	// Pinning the weights pins every output built on Default across
 	// machines; change it only on purpose, with the goldens that depend on it.
-	const want = 0x1dde07b5eb7b9f4e
+	const want = 0x353ae06344746dc8
 	if got := h.Sum64(); got != want {
 		t.Errorf("Default() weights hash to %#x, want %#x", got, want)
 	}
@@ -136,9 +136,32 @@ func TestDefaultIsPinned(t *testing.T) {
 		t.Error("Default() does not tie lm_head to embed_tokens")
 	}
 	c := a.Config
-	if c.VocabSize != 266 || c.HiddenSize != 64 || c.NumLayers != 4 || c.NumHeads != 4 || c.NumKVHeads != 2 ||
-		c.HeadDim != 16 || c.IntermediateSize != 128 || !slices.Equal(c.EOSTokenIDs, []int{258, 256}) {
+	if c.VocabSize != 269 || c.HiddenSize != 64 || c.NumLayers != 4 || c.NumHeads != 4 || c.NumKVHeads != 2 ||
+		c.HeadDim != 16 || c.IntermediateSize != 128 || !slices.Equal(c.EOSTokenIDs, []int{258, 256}) ||
+		!slices.Equal(c.TTSTokenIDs, []int{266, 267, 268}) {
 		t.Errorf("Default().Config = %+v", c)
+	}
+}
+
+// Tokens added to the built-in vocabulary after its seed was chosen leave
+// every weight drawn before as it was: the model of the seeded vocabulary
+// is Default without the added embedding rows.
+func TestDefaultKeepsTheSeededWeights(t *testing.T) {
+	c := DefaultConfig()
+	c.VocabSize, c.TTSTokenIDs = seededVocab, nil
+	seeded, err := randomModel(c, defaultSeed, seededVocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Default()
+	for i, p := range seeded.params() {
+		got := *m.params()[i].w
+		if p.kind == kindEmbed {
+			got = got[:len(*p.w)]
+		}
+		if !bitsEqual(got, *p.w) {
+			t.Errorf("%s differs from the seeded vocabulary's", p.name)
+		}
 	}
 }
 
@@ -155,7 +178,7 @@ func TestDefaultGreedyIsPinned(t *testing.T) {
 		logits = m.Forward(c, table, len(tokens), []int{next}, nil)
 		tokens = append(tokens, next)
 	}
-	want := []int{159, 196, 148, 37, 231, 172, 37, 231, 3, 3, 215, 121, 81, 121, 49, 46}
+	want := []int{159, 196, 148, 37, 231, 172, 37, 231, 3, 3, 215, 121, 81, 121, 268, 37}
 	if !slices.Equal(out, want) {
 		t.Errorf("greedy continuation = %v, want %v", out, want)
 	}
@@ -480,13 +503,13 @@ func TestForwardPanics(t *testing.T) {
 		name string
 		f    func()
 	}{
-		{"token too large", func() { m.Forward(good, table, 0, []int{266}, nil) }},
+		{"token too large", func() { m.Forward(good, table, 0, []int{269}, nil) }},
 		{"negative token", func() { m.Forward(good, table, 0, []int{-1}, nil) }},
 		{"short table", func() { m.Forward(good, table, 6, []int{1, 2, 3}, nil) }},
 		{"negative start", func() { m.Forward(good, table, -1, []int{1}, nil) }},
 		{"cache shape", func() { m.Forward(other, []int{0}, 0, []int{1}, nil) }},
 		{"capture layer", func() { m.Forward(good, table, 0, []int{1}, &Capture{Layer: 5}) }},
-		{"embedding", func() { m.Embedding(266) }},
+		{"embedding", func() { m.Embedding(269) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {

@@ -119,7 +119,7 @@ func FuzzStreamDecoder(f *testing.F) {
 			for i, b := range data {
 				id := int(b)
 				if b == 0xFF {
-					id = 256 + i%12 // 256..265 special, 266 and 267 unknown
+					id = 256 + i%15 // 256..268 special, 269 and 270 unknown
 				}
 				ids = append(ids, id)
 			}

@@ -58,6 +58,19 @@ const (
 	VideoPad    = "<|video_pad|>"
 )
 
+// Qwen3-Omni's TTS special tokens. The Thinker does not read or write them
+// in a conversation: their word embeddings are what it hands the Talker as
+// the text side of the speech stream — tts_pad while there is no text,
+// tts_bos before the reply, tts_eos after it. Qwen3-Omni's config names
+// them tts_pad_token_id 151671, tts_bos_token_id 151672 and
+// tts_eos_token_id 151673 (transformers' Qwen3OmniMoeConfig); its
+// tokenizer spells them as below (vllm-omni's qwen3_omni.py).
+const (
+	TTSPad = "<tts_pad>"
+	TTSBos = "<tts_text_bos>"
+	TTSEos = "<tts_text_eod>"
+)
+
 // Tokenizer is a byte-level BPE tokenizer. Build one with Default, Parse or Load.
 type Tokenizer struct {
 	// vocab maps a model token, in its byte-level spelling ("Ġthe"), to its id.
@@ -150,6 +163,9 @@ var defaultTokenizer = sync.OnceValue(func() *Tokenizer {
 			{id: 263, content: VisionEnd, special: true},
 			{id: 264, content: ImagePad, special: true},
 			{id: 265, content: VideoPad, special: true},
+			{id: 266, content: TTSPad, special: true},
+			{id: 267, content: TTSBos, special: true},
+			{id: 268, content: TTSEos, special: true},
 		},
 		unk: -1,
 	})
@@ -162,9 +178,11 @@ var defaultTokenizer = sync.OnceValue(func() *Tokenizer {
 // Default returns the built-in tokenizer that needs no files: ids 0..255 are the
 // bytes 0..255, 256 is <|endoftext|>, 257 <|im_start|>, 258 <|im_end|>, then
 // the multimodal markers 259..265 (AudioStart, AudioEnd, AudioPad,
-// VisionStart, VisionEnd, ImagePad, VideoPad; all special), and there are no merges, so every byte is its own token. No
-// normaliser runs, which keeps Decode(Encode(s)) == s for every valid UTF-8
-// string (and Encode(s) == the bytes of s for any string).
+// VisionStart, VisionEnd, ImagePad, VideoPad) and the TTS tokens 266..268
+// (TTSPad, TTSBos, TTSEos), all special; there are no merges, so every byte
+// is its own token. No normaliser runs, which keeps Decode(Encode(s)) == s
+// for every valid UTF-8 string (and Encode(s) == the bytes of s for any
+// string).
 // The same value is returned on every call; it is immutable.
 func Default() *Tokenizer { return defaultTokenizer() }
 
@@ -349,6 +367,22 @@ func (t *Tokenizer) appendTokenBytes(dst []byte, id int) []byte {
 		return append(dst, replacement...)
 	}
 	return append(dst, t.idBytes[id]...)
+}
+
+// TokenName returns how the vocabulary spells id: an added token's content
+// (such as <|audio_pad|>), a model token's byte-level spelling (such as
+// "Ġthe"), like Hugging Face's id_to_token; false for an id that is no
+// token (a gap, or past the vocabulary).
+func (t *Tokenizer) TokenName(id int) (string, bool) {
+	switch {
+	case id < 0 || id >= len(t.kinds):
+		return "", false
+	case t.kinds[id] == kindAdded || t.kinds[id] == kindSpecial:
+		return t.idBytes[id], true
+	case t.kinds[id] == kindModel:
+		return t.vocabTokens[id], true
+	}
+	return "", false
 }
 
 // IsSpecial reports whether id is an added token marked special, the tokens a

@@ -53,13 +53,14 @@ func TestDefaultEncodesBytes(t *testing.T) {
 
 func TestDefaultShape(t *testing.T) {
 	tok := Default()
-	if got := tok.VocabSize(); got != 266 {
-		t.Errorf("VocabSize = %d, want 266", got)
+	if got := tok.VocabSize(); got != 269 {
+		t.Errorf("VocabSize = %d, want 269", got)
 	}
 	if got := tok.EOSTokenIDs(); !slices.Equal(got, []int{258, 256}) {
 		t.Errorf("EOSTokenIDs = %v, want [258 256]", got)
 	}
-	for content, want := range map[string]int{EndOfText: 256, IMStart: 257, IMEnd: 258, "a": 'a', "Ġ": ' ', "Ċ": '\n'} {
+	for content, want := range map[string]int{EndOfText: 256, IMStart: 257, IMEnd: 258, "a": 'a', "Ġ": ' ', "Ċ": '\n',
+		AudioStart: 259, VideoPad: 265, TTSPad: 266, TTSBos: 267, TTSEos: 268} {
 		if id, ok := tok.TokenID(content); !ok || id != want {
 			t.Errorf("TokenID(%q) = %d, %v; want %d", content, id, ok, want)
 		}
@@ -67,13 +68,40 @@ func TestDefaultShape(t *testing.T) {
 	if _, ok := tok.TokenID(" "); ok {
 		t.Error(`TokenID(" ") found a token; vocab entries are spelled byte-level ("Ġ")`)
 	}
-	for id, want := range map[int]bool{256: true, 257: true, 258: true, 0: false, 'a': false, 259: true, 265: true, 266: false, -1: false} {
+	for id, want := range map[int]bool{256: true, 257: true, 258: true, 0: false, 'a': false, 259: true, 265: true, 266: true, 268: true, 269: false, -1: false} {
 		if got := tok.IsSpecial(id); got != want {
 			t.Errorf("IsSpecial(%d) = %v, want %v", id, got, want)
 		}
 	}
 	if Default() != tok {
 		t.Error("Default() returned a different value on the second call")
+	}
+}
+
+// TokenName spells an id as the vocabulary does, whatever kind of token it
+// is, and knows no name for an id that is no token.
+func TestTokenName(t *testing.T) {
+	hb := mustParse(t, handBuilt(false))
+	for _, c := range []struct {
+		tok  *Tokenizer
+		id   int
+		want string
+		ok   bool
+	}{
+		{Default(), 'a', "a", true},
+		{Default(), ' ', "Ġ", true},
+		{Default(), 258, IMEnd, true},
+		{Default(), 261, AudioPad, true},
+		{Default(), 266, TTSPad, true},
+		{Default(), 269, "", false},
+		{Default(), -1, "", false},
+		{hb, 94, "Ġ", true},
+		{hb, 111, EndOfText, true},
+		{hb, 114, "<think>", true},
+	} {
+		if got, ok := c.tok.TokenName(c.id); got != c.want || ok != c.ok {
+			t.Errorf("TokenName(%d) = %q, %v; want %q, %v", c.id, got, ok, c.want, c.ok)
+		}
 	}
 }
 

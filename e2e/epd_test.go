@@ -61,12 +61,16 @@ func mediaChat(i int, stream bool, extra string) string {
 
 // E/P/D under faults: with two encoders, answers equal PD's; an encoder
 // killed under load costs only the requests it held — each a clean error —
-// and the rest go to the other; a stalled encoder times its requests out
-// with a 504 naming it; afterwards nothing is left behind: no encoder
+// and every request after the kill succeeds, a leg the dead encoder
+// refuses going to the other; a stalled encoder times its requests out
+// with a 504 naming it, and once it resumes the requests succeed again,
+// none sent to the dead one; afterwards nothing is left behind: no encoder
 // outputs, KV, stashes or goroutines.
 func TestEPDFaults(t *testing.T) {
 	pd := testbed.Start(t, testbed.Options{})
-	d := testbed.Start(t, testbed.Options{Encoders: 2, PrefillTimeout: 2 * time.Second, PrefillRetries: 1})
+	// The prefill timeout also bounds each encoder leg: only the stalled
+	// encoder may reach it, never a healthy leg on a busy machine.
+	d := testbed.Start(t, testbed.Options{Encoders: 2, PrefillTimeout: 8 * time.Second, PrefillRetries: 1})
 	warm(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*reqTimeout)
 	defer cancel()
@@ -102,19 +106,35 @@ func TestEPDFaults(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d requests failed with the killed encoder", failed, len(results))
-	for i := range 3 {
-		if a := send(ctx, d, chatPath, mediaChat(200+i, false, "")); a.status != http.StatusOK {
-			t.Errorf("after the kill, request %d: %v", i, a)
+	// After the kill every request succeeds: one after another, then
+	// several at once.
+	after := func(what string, first, n, together int) {
+		t.Helper()
+		for i := range n - together {
+			if err := wellFormed(send(ctx, d, chatPath, mediaChat(first+i, i%2 == 1, "")), i%2 == 1); err != nil {
+				t.Errorf("%s, request %d: %v", what, i, err)
+			}
 		}
+		var wg sync.WaitGroup
+		for i := n - together; i < n; i++ {
+			wg.Go(func() {
+				if err := wellFormed(send(ctx, d, chatPath, mediaChat(first+i, i%2 == 1, "")), i%2 == 1); err != nil {
+					t.Errorf("%s, request %d: %v", what, i, err)
+				}
+			})
+		}
+		wg.Wait()
 	}
+	after("after the kill", 200, 6, 3)
 
-	// Stall the other: its requests time out with the encoder's 504.
+	// Stall the other: its requests time out with the encoder's 504 (the
+	// dead one, if tried, refuses the leg and it goes to the stalled one).
 	d.Encoder[1].HTTP.Stall()
 	cleanError(t, send(ctx, d, chatPath, mediaChat(300, false, "")), http.StatusGatewayTimeout, "encoder_upstream_timeout")
 	d.Encoder[1].HTTP.Resume()
-	if a := send(ctx, d, chatPath, mediaChat(301, false, "")); a.status != http.StatusOK {
-		t.Errorf("after the stall: %v", a)
-	}
+	// Both encoders sat out — the dead one until seen healthy, the quiet
+	// one for a while — and the requests still go to the live one.
+	after("after the stall", 301, 4, 2)
 	pd.Settled(t, settleWithin)
 	d.Settled(t, settleWithin)
 }

@@ -28,7 +28,11 @@ type Orchestrator struct {
 	refused    *prometheus.CounterVec
 	// handoffWithout counts handoffs whose prefill answer lacked a key some
 	// engine versions send and others do not (NIXL's remote_request_id).
-	handoffWithout *prometheus.CounterVec
+	handoffWithout  *prometheus.CounterVec
+	refusedRetries  *prometheus.CounterVec
+	replans         prometheus.Counter
+	releasesPending prometheus.Gauge
+	releasesDropped *prometheus.CounterVec
 }
 
 // StatusClientClosedRequest is the status omnipd_requests_total counts a
@@ -57,7 +61,7 @@ func NewOrchestrator() *Orchestrator {
 		e2e:     hist("omnipd_e2e_request_latency_seconds", "Time from the request to its last byte."),
 		handoff: hist("omnipd_pd_handoff_seconds", "Time from the prefill's answer to the decode's first token; streamed requests on a sequential connector (NIXL, P2pNccl, MoRIIO, LMCache, reference pull) only."),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "omnipd_prefill_retries_total", Help: "Prefill legs retried on another instance.",
+			Name: "omnipd_prefill_retries_total", Help: "Prefill legs retried on another instance: after a failure the instance may have seen (up to pd.prefill_retries), or a refused connection (any number; also in omnipd_stage_refused_retries_total).",
 		}),
 		handoffWithout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_kv_handoff_without_key_total", Help: "PD handoffs whose prefill answer lacked a key only some engine versions send (NixlConnector's remote_request_id: vLLM before NIXL connector version 2, llm-d's simulator); the decode found the KV under its own request id.",
@@ -80,8 +84,21 @@ func NewOrchestrator() *Orchestrator {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_http_connections_refused_total", Help: "Client connections refused at accept: reason per_ip (one client at its connection cap, answered 429) or total (the server at its cap, 503).",
 		}, []string{"reason"}),
+		refusedRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_stage_refused_retries_total", Help: "Legs sent to another instance of their stage because the instance picked refused the connection, so nothing had reached it; the refusing instance sits out until seen healthy.",
+		}, []string{"stage"}),
+		replans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_pd_replans_total", Help: "PD requests planned again on another decode instance, the prefill run again, because the decode the prefill had addressed its KV to refused the connection (P2pNccl, MoRIIO, LMCache PD).",
+		}),
+		releasesPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "omnipd_releases_pending", Help: "Background calls that free what ended requests left behind (KV leases, conditioning stashes, encoder outputs, KV claims), queued or running.",
+		}),
+		releasesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "omnipd_releases_dropped_total", Help: "Background release calls not made because their queue was full, by kind (kv, conditioning, encoder, claim); what they would have freed is freed by its lease or TTL.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused, m.handoffWithout)
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused, m.handoffWithout,
+		m.refusedRetries, m.replans, m.releasesPending, m.releasesDropped)
 	return m
 }
 
@@ -179,5 +196,36 @@ func (m *Orchestrator) RecordConnRefused(reason string) {
 func (m *Orchestrator) AddOpenConns(delta int) {
 	if m != nil {
 		m.connsOpen.Add(float64(delta))
+	}
+}
+
+// RecordRefusedRetry counts a leg of stage moved to another instance
+// because the one picked refused the connection.
+func (m *Orchestrator) RecordRefusedRetry(stage string) {
+	if m != nil {
+		m.refusedRetries.WithLabelValues(stage).Inc()
+	}
+}
+
+// RecordReplan counts a PD request planned again on another decode.
+func (m *Orchestrator) RecordReplan() {
+	if m != nil {
+		m.replans.Inc()
+	}
+}
+
+// AddReleasesPending moves the count of background release calls queued
+// or running.
+func (m *Orchestrator) AddReleasesPending(delta int) {
+	if m != nil {
+		m.releasesPending.Add(float64(delta))
+	}
+}
+
+// RecordReleaseDropped counts a background release of kind dropped
+// because its queue was full.
+func (m *Orchestrator) RecordReleaseDropped(kind string) {
+	if m != nil {
+		m.releasesDropped.WithLabelValues(kind).Inc()
 	}
 }

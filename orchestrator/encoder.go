@@ -96,7 +96,7 @@ func (o *Orchestrator) encode(ctx context.Context, req *Request, log *slog.Logge
 				mu.Lock()
 				sent[url] = true
 				mu.Unlock()
-			})
+			}, log)
 			handles[i], errs[i] = h, err
 			if err != nil {
 				cancel() // the request fails: the other items need not be encoded
@@ -135,8 +135,9 @@ func firstEncoderError(errs []error) error {
 	return first
 }
 
-// encodeItem sends one media item to an encoder instance.
-func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p mediaPart, sending func(url string)) (encoderHandle, error) {
+// encodeItem sends one media item to an encoder instance, and to another
+// for as long as the one it went to refused the connection (rotation.go).
+func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p mediaPart, sending func(url string), log *slog.Logger) (encoderHandle, error) {
 	body, err := encoderBody(req, p)
 	if err != nil {
 		return encoderHandle{}, err
@@ -145,11 +146,31 @@ func (o *Orchestrator) encodeItem(ctx context.Context, req *Request, i int, p me
 	if err != nil {
 		return encoderHandle{}, err
 	}
-	defer o.track(o.cfg.Encoder, in, -1)
-	sending(in.Client.BaseURL())
+	tried := map[*Instance]bool{}
+	for {
+		h, err := o.encodeOn(ctx, req, in, i, p, body, sending)
+		o.track(o.cfg.Encoder, in, -1)
+		if !refused(err) || ctx.Err() != nil {
+			return h, err
+		}
+		if in, err = o.failover(o.cfg.Encoder, "encoder", in, tried, err, log); in == nil {
+			return encoderHandle{}, err
+		}
+	}
+}
+
+// encodeOn sends one media item to the encoder instance in. A refused
+// connection is returned as it is, for encodeItem to move the leg.
+func (o *Orchestrator) encodeOn(ctx context.Context, req *Request, in *Instance, i int, p mediaPart, body []byte, sending func(url string)) (encoderHandle, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.PrefillTimeout)
 	defer cancel()
 	resp, err := in.Client.Post(ctx, req.path(), fmt.Sprintf("%s-enc-%d", req.ID, i), body)
+	if refused(err) {
+		return encoderHandle{}, err // nothing reached it: it keeps nothing under the request's lease
+	}
+	// It may keep what it encoded under the request's lease, answered or
+	// not: released with the request.
+	sending(in.Client.BaseURL())
 	if err != nil {
 		return encoderHandle{}, encoderFailure(in, p.path, err, ctx)
 	}
@@ -205,6 +226,9 @@ func encoderFailure(in *Instance, path string, err error, ctx context.Context) e
 		in.eject(time.Now())
 		return unreachable("encoder", in, err)
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+		// Quiet past its bound: it sits out, as a quiet Thinker does, so
+		// that the next items do not wait on it in turn.
+		in.eject(time.Now())
 		return &Error{Status: 504, Code: "encoder_upstream_timeout", Msg: "the encoder stage did not answer in time", Cause: err}
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -228,20 +252,20 @@ func reparent(e *openai.ErrorResponse, path string) *openai.ErrorResponse {
 }
 
 // releaseEncoded ends the request's lease on every encoder a leg was sent
-// to, in the background: a lease already gone (its TTL) or never taken (a
-// vLLM encoder, or one that died) answers not found, which is fine.
+// to, in the background (release.go): a lease already gone (its TTL) or
+// never taken (a vLLM encoder, or one that died) answers not found, which
+// is fine.
 func (o *Orchestrator) releaseEncoded(req *Request, log *slog.Logger) {
 	if req.encoders == nil {
 		return
 	}
 	lease := encoderLease(req)
 	for _, url := range req.encoders() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := eccache.Release(ctx, nil, url, lease, o.cfg.Secret); err != nil && !errors.Is(err, eccache.ErrNotFound) {
+		hc := o.httpFor(url, o.cfg.Encoder)
+		o.background(releaseEncoder, log, func(ctx context.Context) {
+			if err := eccache.Release(ctx, hc, url, lease, o.cfg.Secret); err != nil && !errors.Is(err, eccache.ErrNotFound) {
 				log.Debug("could not release encoder outputs; they are freed at their TTL", "lease", lease, "encoder", url, "err", err)
 			}
-		}()
+		}, "lease", lease, "encoder", url)
 	}
 }

@@ -86,6 +86,18 @@ func (c *conditioning) dropPrefill() (stageapi.ConditioningHandle, bool) {
 	return h, h.URL != ""
 }
 
+// rekeyPrefill gives the prefill's stash a new key, for a request planned
+// again (redecode.go): a worker refuses a key it holds or was told to
+// release. It returns the handle of the plan before's stash, for the
+// caller to free.
+func (c *conditioning) rekeyPrefill(key string) (stageapi.ConditioningHandle, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := stageapi.ConditioningHandle{URL: c.prefillURL, Key: c.prefillKey}
+	c.prefillKey, c.prefillURL = key, ""
+	return old, old.URL != ""
+}
+
 func (c *conditioning) setThinker(url string) {
 	c.mu.Lock()
 	c.thinkURL = url
@@ -111,6 +123,8 @@ func (c *conditioning) prefill() (string, int) {
 	if c == nil {
 		return "", 0
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.prefillKey, c.layer
 }
 
@@ -208,8 +222,8 @@ func (o *Orchestrator) releaseConditioning(c *conditioning, log *slog.Logger) {
 }
 
 // freeConditioning tells each Thinker worker to drop c's stash, in the
-// background: one the worker already dropped answers not found, which is
-// fine.
+// background (release.go): one the worker already dropped answers not
+// found, which is fine.
 func (o *Orchestrator) freeConditioning(c *conditioning, log *slog.Logger) {
 	o.freeStashes(c.handles(), log)
 }
@@ -219,88 +233,129 @@ func (o *Orchestrator) freeStashes(hs []stageapi.ConditioningHandle, log *slog.L
 		if h.URL == "" {
 			continue
 		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := stageconn.Release(ctx, nil, h.URL, h.Key, o.cfg.Omni.Secret); err != nil && !errors.Is(err, stageconn.ErrNotFound) {
+		hc := o.httpFor(h.URL, o.cfg.Prefill, o.cfg.Decode)
+		o.background(releaseStash, log, func(ctx context.Context) {
+			if err := stageconn.Release(ctx, hc, h.URL, h.Key, o.cfg.Omni.Secret); err != nil && !errors.Is(err, stageconn.ErrNotFound) {
 				log.Warn("could not release conditioning; it is freed at its TTL", "key", h.Key, "err", err)
 			}
-		}()
+		}, "key", h.Key, "instance", h.URL)
 	}
 }
 
 // talk runs the Talker on the request's conditioning and calls frame for
-// each codec frame.
+// each codec frame. A Talker instance that refused the connection never
+// saw the request: it goes to another (rotation.go).
 func (o *Orchestrator) talk(ctx context.Context, req *Request, c *conditioning, frame func([]int) error) error {
 	om := o.cfg.Omni
+	log := o.log.With("request_id", req.ID, "client_request_id", req.clientID())
 	body := stageapi.TalkerRequest{Conditioning: c.handles(), Temperature: om.Temperature, TopK: om.TopK, Seed: req.Chat.Seed, MaxFrames: om.MaxFrames, AsyncChunk: c.stream}
 	raw, _ := json.Marshal(body)
 	in, err := o.take(om.Talker, nil)
 	if err != nil {
-		o.releaseConditioning(c, o.log.With("request_id", req.ID))
+		o.releaseConditioning(c, log)
 		return err
 	}
+	tried := map[*Instance]bool{}
+	for {
+		err := o.talkOn(ctx, req, in, raw, c, frame, log)
+		if !refused(err) || ctx.Err() != nil {
+			return err
+		}
+		refusal := err
+		if in, err = o.failover(om.Talker, "talker", in, tried, err, log); in == nil {
+			o.releaseConditioning(c, log)
+			return audioUnreachable("talker", err, refusal)
+		}
+	}
+}
+
+// talkOn runs the Talker leg on in, onto which take counted it; the count
+// is released when the leg ends. A refused connection is returned as it
+// is, for talk to move the leg.
+func (o *Orchestrator) talkOn(ctx context.Context, req *Request, in *Instance, raw []byte, c *conditioning, frame func([]int) error, log *slog.Logger) error {
+	om := o.cfg.Omni
 	defer o.track(om.Talker, in, -1)
 	dog := o.watch(ctx, "talker")
 	defer dog.stop()
 	dog.arm()
 	s, err := in.Client.Stream(dog.ctx, stageapi.TalkerPath, req.ID, raw)
 	dog.disarm()
+	if refused(err) {
+		return err
+	}
 	if err != nil {
 		// The Talker never fetched (or fetched only part): free what is left.
-		o.releaseConditioning(c, o.log.With("request_id", req.ID))
+		o.releaseConditioning(c, log)
+		if dog.fired() || errors.Is(err, stageclient.ErrConnect) {
+			// Quiet past the idle timeout, or gone before answering: it
+			// sits out, as a Thinker instance does, so that the next
+			// requests do not find it in turn.
+			in.eject(o.now())
+		}
 		if dog.fired() {
 			return dog.err(err)
 		}
 		return fmt.Errorf("talker: %w", err)
 	}
+	in.ok()
 	c.mu.Lock()
 	c.fetched = true // the Talker took them
 	c.mu.Unlock()
 	defer s.Close()
-	err = o.relayFrames(s, dog, frame)
+	broke, err := o.relayFrames(ctx, s, dog, frame)
+	if broke {
+		// It went quiet, or its stream broke off (it died mid-answer):
+		// once this leg ends it would look idle and draw the next requests.
+		in.eject(o.now())
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// A Talker that failed after it took the conditioning may never
 		// free it (a crashed process frees nothing): free it here rather
 		// than leave it to its TTL. A client that left cancels the Talker's
 		// own request, and the Talker frees what it took.
-		o.freeConditioning(c, o.log.With("request_id", req.ID))
+		o.freeConditioning(c, log)
 	}
 	return err
 }
 
 // relayFrames passes each codec frame of the Talker's stream s to frame,
-// until the stream ends (nil) or fails.
-func (o *Orchestrator) relayFrames(s *stageclient.Stream, dog *watchdog, frame func([]int) error) error {
+// until the stream ends (nil) or fails. broke reports a failure of the
+// Talker itself: it went quiet past the idle timeout, or its stream broke
+// off — not an error event it sent, nor frame's failure, nor the client
+// leaving.
+func (o *Orchestrator) relayFrames(ctx context.Context, s *stageclient.Stream, dog *watchdog, frame func([]int) error) (broke bool, err error) {
 	for {
 		dog.arm()
 		ev, err := s.Next()
 		dog.disarm()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
 			if dog.fired() {
-				return dog.err(err)
+				return true, dog.err(err)
 			}
-			return fmt.Errorf("talker: %w", err)
+			var ue *stageclient.UpstreamError
+			return !errors.As(err, &ue) && ctx.Err() == nil, fmt.Errorf("talker: %w", err)
 		}
 		var te stageapi.TalkerEvent
 		if err := json.Unmarshal(ev, &te); err != nil {
-			return fmt.Errorf("talker: %w", err)
+			return false, fmt.Errorf("talker: %w", err)
 		}
 		switch {
 		case te.Error != "":
-			return fmt.Errorf("talker: %s", te.Error)
+			return false, fmt.Errorf("talker: %s", te.Error)
 		case te.Frame != nil:
 			if err := frame(te.Frame); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 }
 
-// vocode turns frames (the first context of them left context) into samples.
+// vocode turns frames (the first context of them left context) into
+// samples, on a Code2Wav instance — another one for as long as the one it
+// went to refused the connection.
 func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int, context int) ([]float32, error) {
 	om := o.cfg.Omni
 	raw, _ := json.Marshal(stageapi.Code2WavRequest{Codes: stageapi.FramesToWire(frames), NumFrames: len(frames), ContextFrames: context})
@@ -308,17 +363,46 @@ func (o *Orchestrator) vocode(ctx context.Context, req *Request, frames [][]int,
 	if err != nil {
 		return nil, err
 	}
+	var tried map[*Instance]bool
+	for {
+		samples, err := o.vocodeOn(ctx, req, in, raw)
+		if !refused(err) || ctx.Err() != nil {
+			return samples, err
+		}
+		if tried == nil {
+			tried = map[*Instance]bool{}
+		}
+		refusal := err
+		if in, err = o.failover(om.Code2Wav, "code2wav", in, tried, err, o.log.With("request_id", req.ID)); in == nil {
+			return nil, audioUnreachable("code2wav", err, refusal)
+		}
+	}
+}
+
+// vocodeOn sends one Code2Wav leg to in, onto which take counted it. A
+// refused connection is returned as it is, for vocode to move the leg.
+func (o *Orchestrator) vocodeOn(ctx context.Context, req *Request, in *Instance, raw []byte) ([]float32, error) {
+	om := o.cfg.Omni
 	dog := o.watch(ctx, "code2wav")
 	dog.arm()
 	resp, err := in.Client.Post(dog.ctx, stageapi.Code2WavPath, req.ID, raw)
 	dog.stop()
 	o.track(om.Code2Wav, in, -1)
+	if refused(err) {
+		return nil, err
+	}
 	if err != nil {
+		if dog.fired() || errors.Is(err, stageclient.ErrConnect) {
+			// Quiet past the idle timeout, or gone before answering: it
+			// sits out, as a Thinker instance does.
+			in.eject(o.now())
+		}
 		if dog.fired() {
 			return nil, dog.err(err)
 		}
 		return nil, fmt.Errorf("code2wav: %w", err)
 	}
+	in.ok()
 	var out stageapi.Code2WavResponse
 	if err := json.Unmarshal(resp.Body, &out); err != nil {
 		return nil, fmt.Errorf("code2wav: %w", err)
@@ -525,6 +609,22 @@ func (o *Orchestrator) omniStream(ctx context.Context, req *Request, res *Result
 	out.events = events
 	out.eventErr = errc
 	return out
+}
+
+// audioUnreachable is the failure of an audio leg no instance of its stage
+// could take: every one refused the connection (failover's err), or the
+// rest were at their queue bound (a 429, kept). It stays the stage's
+// failure (talker_failed, code2wav_failed, or the stream's audio_failed
+// event), as for an audio stage that fails any other way.
+func audioUnreachable(stage string, err, refusal error) error {
+	if errors.Is(err, ErrStageBusy) {
+		return err
+	}
+	var oe *Error
+	if errors.As(err, &oe) {
+		return fmt.Errorf("%s: %s: %w", stage, oe.Msg, refusal)
+	}
+	return fmt.Errorf("%s: %w", stage, refusal)
 }
 
 // audioFailure is what a failed Talker or Code2Wav leg of a whole answer

@@ -7,13 +7,13 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -81,9 +81,11 @@ type Instance struct {
 	Supervised bool
 
 	inflight     atomic.Int64
-	ejectedUntil atomic.Int64  // unix nanoseconds
+	ejectedUntil atomic.Int64  // unix nanoseconds its sit-out ends; untilHealthy (rotation.go)
+	ejectedAt    atomic.Int64  // unix nanoseconds of its last sit-out
 	rank         atomic.Uint64 // legs pinned so far, for nextRank (dp.go)
 	rel          releaseCache  // its vLLM release (claim.go)
+	probed       probeState    // what the health probe last saw (probe.go)
 }
 
 // Pool is a stage's instances.
@@ -96,48 +98,10 @@ type Pool struct {
 	// request's decode leg counts from the moment its decode instance is
 	// chosen, before its prefill runs. 0: no bound.
 	MaxQueue int
-	next     atomic.Uint64
-}
-
-// ejectFor is how long an instance that failed to answer sits out.
-const ejectFor = 5 * time.Second
-
-// pick returns the least-loaded healthy instance not in tried; ties go
-// round robin so that equal instances share the load. When every instance
-// is ejected, the least recently ejected one is tried rather than none.
-func (p *Pool) pick(now time.Time, tried map[*Instance]bool) *Instance {
-	var best *Instance
-	start := int(p.next.Add(1))
-	n := len(p.Instances)
-	for i := range n {
-		in := p.Instances[(start+i)%n]
-		if tried[in] || in.ejectedUntil.Load() > now.UnixNano() {
-			continue
-		}
-		if best == nil || in.inflight.Load() < best.inflight.Load() {
-			best = in
-		}
-	}
-	if best != nil {
-		return best
-	}
-	for _, in := range p.Instances {
-		if !tried[in] && (best == nil || in.ejectedUntil.Load() < best.ejectedUntil.Load()) {
-			best = in
-		}
-	}
-	return best
-}
-
-func (in *Instance) eject(now time.Time) {
-	in.ejectedUntil.Store(now.Add(ejectFor).UnixNano())
-}
-
-func (in *Instance) ok() {
-	if in.ejectedUntil.Swap(0) != 0 {
-		// Back from an ejection: it may have restarted as another release.
-		in.rel.forget()
-	}
+	// Logger receives the probe's changes of an instance's state (out of
+	// rotation and why, back in); nil is slog.Default().
+	Logger *slog.Logger
+	next   atomic.Uint64
 }
 
 // Config wires an orchestrator. The zero Contract means the Thinker is
@@ -186,6 +150,8 @@ type Orchestrator struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+	// releases runs the calls that free what ended requests left behind.
+	releases *releaser
 	// afterPrefill, when set (tests), runs between a sequential request's legs.
 	afterPrefill func()
 }
@@ -214,12 +180,16 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, now: cfg.Now}, nil
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, now: cfg.Now, releases: newReleaser(releaseWorkers, releaseQueue, cfg.Metrics)}, nil
 }
 
 // Request is one client request, already decoded and validated.
 type Request struct {
 	ID string
+	// PublicID, when set, is the id the client knows the request by (its
+	// X-Request-Id): the answer and every chunk of it are named after it
+	// ("chatcmpl-" + PublicID), while the legs carry ID. Empty: ID.
+	PublicID string
 	// Exactly one of Chat and Completion is set.
 	Chat       *openai.ChatCompletionRequest
 	Completion *openai.CompletionRequest
@@ -242,15 +212,19 @@ func (r *Request) path() string {
 }
 
 // publicID is the answer's id the client sees, whatever id the legs
-// carried: "chatcmpl-" or "cmpl-" and the request's id, as vLLM names an
-// answer after its X-Request-Id, so that it is the id omnipd's log lines
-// carry as request_id.
+// carried: "chatcmpl-" or "cmpl-" and the client's id for the request
+// (PublicID, else ID), as vLLM names an answer after its X-Request-Id
+// (vllm/entrypoints/openai/serving_chat.py, _base_request_id), so that it
+// is the id omnipd's log lines carry as client_request_id.
 func (r *Request) publicID() string {
 	if r.Chat != nil {
-		return "chatcmpl-" + r.ID
+		return "chatcmpl-" + r.clientID()
 	}
-	return "cmpl-" + r.ID
+	return "cmpl-" + r.clientID()
 }
+
+// clientID is the id the client knows the request by.
+func (r *Request) clientID() string { return cmp.Or(r.PublicID, r.ID) }
 
 func (r *Request) streaming() bool {
 	if r.Chat != nil {
@@ -371,7 +345,7 @@ func (r *Result) Close() {
 
 // Do serves req. The caller must Close the result.
 func (o *Orchestrator) Do(ctx context.Context, req *Request) (*Result, error) {
-	log := o.log.With("request_id", req.ID)
+	log := o.log.With("request_id", req.ID, "client_request_id", req.clientID())
 	if o.cfg.Omni != nil && req.Chat != nil {
 		if _, wantAudio := modalities(req.Chat); wantAudio {
 			return o.omni(ctx, req, log)
@@ -383,7 +357,7 @@ func (o *Orchestrator) Do(ctx context.Context, req *Request) (*Result, error) {
 // text serves the Thinker's part of a request.
 func (o *Orchestrator) text(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
 	if o.cfg.Contract == nil {
-		return o.decode(ctx, req, nil, PathColocated, log)
+		return o.decode(ctx, req, PathColocated, log)
 	}
 	return o.disaggregated(ctx, req, log)
 }
@@ -416,7 +390,6 @@ func (o *Orchestrator) disaggregated(ctx context.Context, req *Request, log *slo
 
 // prefillThenDecode runs the prefill and decode legs.
 func (o *Orchestrator) prefillThenDecode(ctx context.Context, req *Request, log *slog.Logger) (*Result, error) {
-	c := o.cfg.Contract
 	// The decode leg is counted from here, before the prefill runs: its
 	// KV is addressed to dec, so a request that could not then decode on
 	// dec is refused before any KV is exported for it.
@@ -424,31 +397,45 @@ func (o *Orchestrator) prefillThenDecode(ctx context.Context, req *Request, log 
 	if err != nil {
 		return nil, err
 	}
-	h := kvconnector.Handoff{RequestID: req.ID, TransferID: "xfer-" + req.ID, Decode: dec.Peer, DecodeRank: dec.nextRank()}
-
-	if o.cfg.MinPrefillTokens > 0 && !claimsEveryPrompt(c) && o.short(ctx, req, dec, log) {
+	pl := newPDPlan(req, dec)
+	if o.cfg.MinPrefillTokens > 0 && !claimsEveryPrompt(o.cfg.Contract) && o.short(ctx, req, dec, log) {
 		o.cfg.Metrics.RecordDecodeOnly()
-		return o.decodeOn(ctx, req, dec, h, nil, PathDecodeOnly, log)
+		return o.decodeAnywhere(ctx, req, pl, PathDecodeOnly, log)
 	}
-	if c.Dispatch() == kvconnector.Concurrent {
-		res, err := o.concurrent(ctx, req, dec, h, log)
-		if err != nil {
-			return o.fallback(ctx, req, dec, h, err, log)
+	for {
+		// A decode that refused the connection after its prefill had
+		// addressed the KV to it ends a plan with errReplanned: the next
+		// plan runs on another decode instance (redecode.go).
+		res, err := o.planOnce(ctx, req, pl, log)
+		if !errors.Is(err, errReplanned) {
+			return res, err
 		}
-		return res, nil
 	}
-	pre, prefillParams, err := o.prefill(ctx, req, &h, log)
+}
+
+// planOnce runs one plan of a PD request: the prefill, then the decode on
+// pl.dec, onto which the caller has counted the decode leg.
+func (o *Orchestrator) planOnce(ctx context.Context, req *Request, pl *pdPlan, log *slog.Logger) (*Result, error) {
+	c := o.cfg.Contract
+	if c.Dispatch() == kvconnector.Concurrent {
+		res, err := o.concurrent(ctx, req, pl, log)
+		if err != nil && !errors.Is(err, errReplanned) {
+			return o.fallback(ctx, req, pl, err, log)
+		}
+		return res, err
+	}
+	pre, prefillParams, err := o.prefill(ctx, req, &pl.h, log)
 	if err != nil {
-		o.track(o.cfg.Decode, dec, -1)
-		return o.fallback(ctx, req, dec, h, err, log)
+		o.track(o.cfg.Decode, pl.dec, -1)
+		return o.fallback(ctx, req, pl, err, log)
 	}
 	handedOver := o.now()
 	if o.afterPrefill != nil {
 		o.afterPrefill()
 	}
-	params, err := c.DecodeParams(h, prefillParams)
+	params, err := c.DecodeParams(pl.h, prefillParams)
 	if err != nil {
-		o.track(o.cfg.Decode, dec, -1)
+		o.track(o.cfg.Decode, pl.dec, -1)
 		return nil, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's kv_transfer_params cannot start the decode", Cause: err}
 	}
 	for _, key := range kvconnector.Absent(c, params) {
@@ -459,21 +446,36 @@ func (o *Orchestrator) prefillThenDecode(ctx context.Context, req *Request, log 
 		log.Debug("the prefill's kv_transfer_params lack a key this engine version does without", "key", key)
 	}
 	if ctx.Err() != nil {
-		o.track(o.cfg.Decode, dec, -1)
+		o.track(o.cfg.Decode, pl.dec, -1)
 		// The client left between the legs: the prefill's KV is exported
 		// and nobody would claim it before its lease runs out. Release it,
 		// or let the decode claim it and stop, as vLLM deployments must.
-		if !o.releaseKV(pre, h, log) {
-			o.claimAndDrop(req, dec, h, params, claimAbandoned, log)
+		if !o.releaseKV(pre, pl.h, log) {
+			o.claimAndDrop(req, pl.dec, pl.h, params, claimAbandoned, log)
 		}
 		return nil, ctx.Err()
 	}
-	if err := o.awaitKV(ctx, h); err != nil {
-		o.track(o.cfg.Decode, dec, -1)
+	if err := o.awaitKV(ctx, pl.h); err != nil {
+		o.track(o.cfg.Decode, pl.dec, -1)
 		return nil, err
 	}
-	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
-	if err != nil && o.releaseKV(pre, h, log) {
+	res, err := o.decodeOn(ctx, req, pl.dec, pl.h, params, PathDisaggregated, log)
+	for refused(err) && ctx.Err() == nil {
+		// Nothing reached the decode: the leg goes to another decode
+		// instance, or the request is planned again (redecode.go).
+		var next *Instance
+		next, params, err = o.redecode(req, pl, pre, func(h kvconnector.Handoff) (map[string]any, error) {
+			return c.DecodeParams(h, prefillParams)
+		}, err, log)
+		if next == nil {
+			break
+		}
+		res, err = o.decodeOn(ctx, req, pl.dec, pl.h, params, PathDisaggregated, log)
+	}
+	if errors.Is(err, errReplanned) {
+		return nil, err
+	}
+	if err != nil && o.releaseKV(pre, pl.h, log) {
 		// Whatever stopped the decode leg — the client leaving before the
 		// decode claimed the KV, the decode refusing or failing — the
 		// KV is not going to be used: released at once.
@@ -484,7 +486,7 @@ func (o *Orchestrator) prefillThenDecode(ctx context.Context, req *Request, log 
 		// its context, say) before importing: the exported KV would wait
 		// out its lease, unless the decode's release frees it (claim.go).
 		// Claim it with a leg shaped like the prefill's.
-		o.claimAndDrop(req, dec, h, params, claimRejected, log)
+		o.claimAndDrop(req, pl.dec, pl.h, params, claimRejected, log)
 	}
 	if err == nil && res.Stream != nil {
 		o.cfg.Metrics.RecordHandoff(o.now().Sub(handedOver))
@@ -530,7 +532,7 @@ func rejected(err error) bool {
 // fallback decides what a failed prefill means for the client: the error,
 // or — with pd.fallback: local — the decode prefilling itself. Never silent:
 // counted, logged, and named in the response's path header.
-func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, err error, log *slog.Logger) (*Result, error) {
+func (o *Orchestrator) fallback(ctx context.Context, req *Request, pl *pdPlan, err error, log *slog.Logger) (*Result, error) {
 	var oe *Error
 	if !o.cfg.FallbackLocal || ctx.Err() != nil || !errors.As(err, &oe) || oe.Status < 500 || !strings.HasPrefix(oe.Code, "prefill_") {
 		return nil, err
@@ -543,7 +545,7 @@ func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance
 		log.Warn("prefill failed; no local fallback: the connector's decode claims every prompt's KV", "connector", o.cfg.Contract.Name(), "err", err)
 		return nil, err
 	}
-	if err := o.admit(o.cfg.Decode, dec); err != nil {
+	if err := o.admit(o.cfg.Decode, pl.dec); err != nil {
 		return nil, err
 	}
 	o.cfg.Metrics.RecordFallback()
@@ -555,7 +557,7 @@ func (o *Orchestrator) fallback(ctx context.Context, req *Request, dec *Instance
 			o.freeStashes([]stageapi.ConditioningHandle{h}, log)
 		}
 	}
-	return o.decodeOn(ctx, req, dec, h, nil, PathFallback, log)
+	return o.decodeAnywhere(ctx, req, pl, PathFallback, log)
 }
 
 // claimsEveryPrompt reports whether c's decode loads remote KV for every
@@ -639,9 +641,7 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 	// bound if need be: it is one token, it only frees KV the prefill
 	// holds, and refusing it would leave that KV to its lease.
 	o.track(o.cfg.Decode, dec, +1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), claimDeadline)
-		defer cancel()
+	queued := o.background(releaseClaim, log, func(ctx context.Context) {
 		if !o.claimWanted(ctx, dec, cause, log) {
 			o.track(o.cfg.Decode, dec, -1)
 			return
@@ -651,7 +651,10 @@ func (o *Orchestrator) claimAndDrop(req *Request, dec *Instance, h kvconnector.H
 		} else {
 			res.Close()
 		}
-	}()
+	}, "decode", dec.Client.BaseURL())
+	if !queued {
+		o.track(o.cfg.Decode, dec, -1)
+	}
 }
 
 // releaseKV tells the prefill instance pre to drop what it exported for h,
@@ -668,34 +671,35 @@ func (o *Orchestrator) releaseKV(pre *Instance, h kvconnector.Handoff, log *slog
 		return false
 	}
 	key := r.LeaseKey(h)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
+	o.background(releaseKVLease, log, func(ctx context.Context) {
 		if err := pre.Client.ReleaseKV(ctx, h.RequestID, key); err != nil {
 			log.Warn("could not release the KV of a request that will not use it; it is freed when its lease expires",
 				"instance", pre.Client.BaseURL(), "key", key, "err", err)
 		}
-	}()
+	}, "instance", pre.Client.BaseURL(), "key", key)
 	return true
 }
-
-// releaseTimeout bounds one KV release.
-const releaseTimeout = 5 * time.Second
 
 // concurrent sends prefill and decode at once (Mooncake, reference push):
 // the decode waits for its KV on the data path. A failed prefill cancels
 // the decode; a retryable failure starts both legs again with another
-// prefill instance, up to PrefillRetries times.
-func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, error) {
+// prefill instance, up to PrefillRetries times, and a prefill instance that
+// refused the connection is passed over without counting against them (it
+// received nothing). A decode that refused the connection moves to another
+// decode instance (redecode.go).
+func (o *Orchestrator) concurrent(ctx context.Context, req *Request, pl *pdPlan, log *slog.Logger) (*Result, error) {
 	tried := map[*Instance]bool{}
+	var refusing []*Instance
 	var last error
-	decCounted := true // disaggregated counted the first attempt's decode leg
+	var lastPre *Instance
+	retries := 0
+	decCounted := true // prefillThenDecode counted the first attempt's decode leg
 	defer func() {
 		if decCounted {
-			o.track(o.cfg.Decode, dec, -1)
+			o.track(o.cfg.Decode, pl.dec, -1)
 		}
 	}()
-	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
+	for {
 		pre, err := o.take(o.cfg.Prefill, tried)
 		if err != nil {
 			last = err
@@ -704,39 +708,63 @@ func (o *Orchestrator) concurrent(ctx context.Context, req *Request, dec *Instan
 		if pre == nil {
 			break
 		}
-		tried[pre] = true
+		if len(refusing) > 0 && refusing[len(refusing)-1] == lastPre {
+			o.refusedRetry(o.cfg.Prefill, lastPre, pre, last, log)
+		}
 		if !decCounted {
-			if err := o.admit(o.cfg.Decode, dec); err != nil {
+			if err := o.admit(o.cfg.Decode, pl.dec); err != nil {
 				o.track(o.cfg.Prefill, pre, -1)
 				last = err
 				break
 			}
 		}
 		decCounted = false // concurrentOnce releases both legs
-		res, retryable, err := o.concurrentOnce(ctx, req, dec, pre, h, log)
+		res, retryable, err := o.concurrentOnce(ctx, req, pl, pre, log)
 		if err == nil {
 			return res, nil
 		}
-		last = err
-		if !retryable || ctx.Err() != nil {
+		if errors.Is(err, errReplanned) {
+			// The prefill was addressed to the decode that refused: both
+			// legs run again on the plan's new decode, which redecode
+			// counted, any prefill instance allowed (this one failed
+			// nothing).
+			return nil, err
+		}
+		last, lastPre = err, pre
+		tried[pre] = true
+		if ctx.Err() != nil {
 			break
 		}
+		if retryable && refused(err) {
+			// The prefill refused the connection (a decode that did is
+			// never retryable here: redecode has dealt with it).
+			refusing = append(refusing, pre)
+			continue
+		}
+		if !retryable || retries >= o.cfg.PrefillRetries {
+			break
+		}
+		retries++
 		o.cfg.Metrics.RecordPrefillRetry()
-		log.Warn("prefill failed; retrying both legs with another prefill instance", "instance", pre.Client.BaseURL(), "attempt", attempt+1, "err", err)
+		log.Warn("prefill failed; retrying both legs with another prefill instance", "instance", pre.Client.BaseURL(), "attempt", retries, "err", err)
+	}
+	if len(refusing) > 1 && refusing[len(refusing)-1] == lastPre {
+		return nil, unreachableAll("prefill", refusing, last)
 	}
 	return nil, last
 }
 
 // concurrentOnce runs both legs once against one prefill instance.
 // retryable reports a prefill failure another instance may not have.
-func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pre *Instance, h kvconnector.Handoff, log *slog.Logger) (*Result, bool, error) {
+func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, pl *pdPlan, pre *Instance, log *slog.Logger) (*Result, bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	h.Prefill, h.PrefillRank = pre.Peer, pre.nextRank()
+	pl.h.Prefill, pl.h.PrefillRank = pre.Peer, pre.nextRank()
+	h := pl.h
 	params, err := o.cfg.Contract.DecodeParams(h, nil)
 	if err != nil {
 		cancel(err)
 		o.track(o.cfg.Prefill, pre, -1)
-		o.track(o.cfg.Decode, dec, -1)
+		o.track(o.cfg.Decode, pl.dec, -1)
 		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the connector cannot address the prefill", Cause: err}
 	}
 	var wg sync.WaitGroup
@@ -748,7 +776,21 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 			cancel(prefillErr)
 		}
 	})
-	res, err := o.decodeOn(ctx, req, dec, h, params, PathDisaggregated, log)
+	res, err := o.decodeOn(ctx, req, pl.dec, pl.h, params, PathDisaggregated, log)
+	for refused(err) && ctx.Err() == nil {
+		// The decode refused the connection while the prefill runs: the
+		// decode leg goes to another decode instance, or — the prefill
+		// addressed to the one that refused — both legs stop and run
+		// again on another (redecode.go).
+		var next *Instance
+		next, params, err = o.redecode(req, pl, nil, func(h kvconnector.Handoff) (map[string]any, error) {
+			return o.cfg.Contract.DecodeParams(h, nil)
+		}, err, log)
+		if next == nil {
+			break
+		}
+		res, err = o.decodeOn(ctx, req, pl.dec, pl.h, params, PathDisaggregated, log)
+	}
 	if err != nil {
 		// Stop the prefill leg too: a prefill that went on to export
 		// would leave KV that no decode is coming for. If the prefill
@@ -759,13 +801,16 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 		// The prefill may have exported (or be about to) for a decode that
 		// is not coming: with the push handshake in flight, or the client
 		// gone before the decode registered.
-		released := o.releaseKV(pre, h, log)
+		released := false
+		if !refused(prefillErr) { // a prefill that refused the connection holds nothing
+			released = o.releaseKV(pre, h, log)
+		}
 		if prefillErr != nil && context.Cause(ctx) == prefillErr {
 			return nil, prefillRetryable, o.prefillFailure(prefillErr, pre)
 		}
 		if prefillErr == nil && rejected(err) && !released {
 			// The prefill exported before the decode refused: claim it.
-			o.claimAndDrop(req, dec, h, params, claimRejected, log)
+			o.claimAndDrop(req, pl.dec, pl.h, params, claimRejected, log)
 		}
 		return nil, false, err
 	}
@@ -782,12 +827,16 @@ func (o *Orchestrator) concurrentOnce(ctx context.Context, req *Request, dec, pr
 	return res, false, nil
 }
 
-// prefill runs the prefill leg with retries on other instances.
+// prefill runs the prefill leg with retries on other instances: up to
+// PrefillRetries after failures the instance may have seen, and past any
+// number of instances that refused the connection, which saw nothing.
 func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector.Handoff, log *slog.Logger) (*Instance, any, error) {
 	tried := map[*Instance]bool{}
+	var refusing []*Instance
 	var last error
 	var lastIn *Instance
-	for attempt := 0; attempt <= o.cfg.PrefillRetries; attempt++ {
+	retries := 0
+	for {
 		in, err := o.take(o.cfg.Prefill, tried)
 		if err != nil {
 			last = err
@@ -796,6 +845,9 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 		if in == nil {
 			break
 		}
+		if refused(last) && lastIn != nil {
+			o.refusedRetry(o.cfg.Prefill, lastIn, in, last, log)
+		}
 		tried[in] = true
 		h.Prefill, h.PrefillRank = in.Peer, in.nextRank()
 		params, retryable, err := o.prefillOn(ctx, req, in, *h, log)
@@ -803,11 +855,22 @@ func (o *Orchestrator) prefill(ctx context.Context, req *Request, h *kvconnector
 			return in, params, nil
 		}
 		last, lastIn = err, in
-		if !retryable || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			break
 		}
+		if refused(err) {
+			refusing = append(refusing, in)
+			continue
+		}
+		if !retryable || retries >= o.cfg.PrefillRetries {
+			break
+		}
+		retries++
 		o.cfg.Metrics.RecordPrefillRetry()
-		log.Warn("prefill failed; retrying on another instance", "instance", in.Client.BaseURL(), "attempt", attempt+1, "err", err)
+		log.Warn("prefill failed; retrying on another instance", "instance", in.Client.BaseURL(), "attempt", retries, "err", err)
+	}
+	if refused(last) && len(refusing) > 1 {
+		return nil, nil, unreachableAll("prefill", refusing, last)
 	}
 	return nil, nil, o.prefillFailure(last, lastIn)
 }
@@ -852,10 +915,23 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	defer cancel()
 	pid, _ := o.cfg.Contract.RequestIDs(h)
 	if req.keep != nil {
-		req.keep.setPrefill(in.Client.BaseURL())
+		// The leg keeps its conditioning where it is written: a refused
+		// leg stashed nothing.
+		ctx = onWritten(ctx, func() { req.keep.setPrefill(in.Client.BaseURL()) })
 	}
 	resp, err := in.Client.PostWith(ctx, req.path(), pid, rankHeader(in, h.PrefillRank), body)
 	o.track(o.cfg.Prefill, in, -1)
+	if refused(err) {
+		// Nothing reached the instance: it exported nothing, and the leg
+		// may go to another instance whatever PrefillRetries says.
+		in.sitOutUntilHealthy(o.now())
+		return nil, true, err
+	}
+	if req.keep != nil {
+		// The leg reached the instance, or may have: whatever it stashed
+		// is there (the trace may report the write after the answer).
+		req.keep.setPrefill(in.Client.BaseURL())
+	}
 	if err != nil {
 		var ue *stageclient.UpstreamError
 		if !errors.As(err, &ue) || ue.Status >= 500 {
@@ -888,13 +964,29 @@ func (o *Orchestrator) track(p *Pool, in *Instance, delta int) {
 	o.cfg.Metrics.AddInFlight(p.Name, in.Client.BaseURL(), delta)
 }
 
-// decode sends the client's request to a decode (or colocated) instance.
-func (o *Orchestrator) decode(ctx context.Context, req *Request, params map[string]any, path string, log *slog.Logger) (*Result, error) {
+// decode sends the client's request to a colocated Thinker instance.
+func (o *Orchestrator) decode(ctx context.Context, req *Request, path string, log *slog.Logger) (*Result, error) {
 	in, err := o.take(o.cfg.Decode, nil)
 	if err != nil {
 		return nil, err
 	}
-	return o.decodeOn(ctx, req, in, kvconnector.Handoff{RequestID: req.ID}, params, path, log)
+	return o.decodeAnywhere(ctx, req, &pdPlan{dec: in, h: kvconnector.Handoff{RequestID: req.ID}}, path, log)
+}
+
+// decodeAnywhere sends a decode leg that carries no KV (colocated,
+// decode-only, pd.fallback: local) to pl.dec, and to another decode
+// instance for as long as the one it went to refused the connection.
+func (o *Orchestrator) decodeAnywhere(ctx context.Context, req *Request, pl *pdPlan, path string, log *slog.Logger) (*Result, error) {
+	res, err := o.decodeOn(ctx, req, pl.dec, pl.h, nil, path, log)
+	for refused(err) && ctx.Err() == nil {
+		next, ferr := o.failover(o.cfg.Decode, "decode", pl.dec, pl.refusedDecodes(), err, log)
+		if next == nil {
+			return nil, ferr
+		}
+		pl.dec, pl.h.Decode, pl.h.DecodeRank = next, next.Peer, next.nextRank()
+		res, err = o.decodeOn(ctx, req, pl.dec, pl.h, nil, path, log)
+	}
+	return res, err
 }
 
 // decodeOn sends a decode leg to in, onto which the caller has already
@@ -915,33 +1007,48 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 		// Thinker's rank is left to vLLM's own balancer.
 		header = rankHeader(in, h.DecodeRank)
 	}
-	if req.keep != nil {
-		req.keep.setThinker(in.Client.BaseURL())
-	}
 	dog := o.watch(ctx, "decode")
+	lctx := dog.ctx
+	if req.keep != nil {
+		// The leg's stash can be read once the leg is with the instance —
+		// not before: a leg refused at connect goes to another instance,
+		// and a whole answer's early Talker (async chunk) must read there.
+		lctx = onWritten(lctx, func() { req.keep.setThinker(in.Client.BaseURL()) })
+	}
 	release := func() {
 		dog.stop()
 		o.track(o.cfg.Decode, in, -1)
 	}
+	// A leg that reached the instance, or may have, has its stash there,
+	// whatever the trace said when.
+	reached := func(err error) {
+		if req.keep != nil && !refused(err) {
+			req.keep.setThinker(in.Client.BaseURL())
+		}
+	}
 	dog.arm()
 	if req.streaming() {
-		s, err := in.Client.StreamWith(dog.ctx, req.path(), id, header, body)
+		s, err := in.Client.StreamWith(lctx, req.path(), id, header, body)
 		dog.disarm()
+		reached(err)
 		if err != nil {
 			release()
 			return nil, o.decodeFailure(in, dog, err)
 		}
+		in.ok()
 		// An instance that fails mid-stream sits out, as one that fails
 		// before answering does (decodeFailure): once its broken leg ends
 		// it would look idle and draw the next requests.
 		sitOut := func() { in.eject(o.now()) }
 		return &Result{Path: path, Stream: s, idle: dog, release: release, publicID: req.publicID(), sitOut: sitOut}, nil
 	}
-	resp, err := in.Client.PostWith(dog.ctx, req.path(), id, header, body)
+	resp, err := in.Client.PostWith(lctx, req.path(), id, header, body)
 	release()
+	reached(err)
 	if err != nil {
 		return nil, o.decodeFailure(in, dog, err)
 	}
+	in.ok()
 	answer, err := openai.Relay(resp.Body, req.publicID())
 	if err != nil {
 		return nil, &Error{Status: 502, Code: "decode_upstream_invalid", Msg: "the Thinker's answer is not a JSON object", Cause: err}
@@ -951,7 +1058,9 @@ func (o *Orchestrator) decodeOn(ctx context.Context, req *Request, in *Instance,
 
 // decodeFailure classifies a failed decode leg. An instance that could not
 // be reached sits out, so that the requests after this one go to another
-// instance (the health probe, when running, puts it back).
+// instance: one that refused the connection until it is seen healthy
+// again, one whose connection ended before any answer for a while
+// (rotation.go).
 func (o *Orchestrator) decodeFailure(in *Instance, dog *watchdog, err error) error {
 	if dog.fired() {
 		// Quiet past the idle timeout: it sits out too, so that the next
@@ -959,40 +1068,15 @@ func (o *Orchestrator) decodeFailure(in *Instance, dog *watchdog, err error) err
 		in.eject(o.now())
 		return dog.err(err)
 	}
+	if refused(err) {
+		in.sitOutUntilHealthy(o.now())
+		return unreachable("decode", in, err)
+	}
 	if errors.Is(err, stageclient.ErrConnect) {
 		in.eject(o.now())
 		return unreachable("decode", in, err)
 	}
 	return decodeFailure(err)
-}
-
-// unreachable is what a leg that got no HTTP response (ErrConnect) means
-// for the client, naming the instance: a supervised worker omnipd is
-// restarting, or a stage at its URL that refuses connections (an external
-// engine down, or never started) or dropped the connection before any
-// answer. The decode's is a 503 decode_unavailable, which tells clients to
-// retry; the prefill's keeps 502 prefill_upstream_unavailable, the code
-// pd.fallback and clients already key on. Nil for other errors.
-func unreachable(stage string, in *Instance, err error) error {
-	if !errors.Is(err, stageclient.ErrConnect) || in == nil {
-		return nil
-	}
-	status, code := 503, stage+"_unavailable"
-	if stage == "prefill" {
-		status, code = 502, "prefill_upstream_unavailable"
-	}
-	url := in.Client.BaseURL()
-	var op *net.OpError
-	var msg string
-	switch {
-	case in.Supervised:
-		msg = fmt.Sprintf("the %s stage at %s is restarting; retry shortly", stage, url)
-	case errors.As(err, &op) && op.Op == "dial":
-		msg = fmt.Sprintf("the %s stage at %s is unreachable: it refuses connections (not started, or down)", stage, url)
-	default:
-		msg = fmt.Sprintf("the %s stage at %s closed the connection before answering", stage, url)
-	}
-	return &Error{Status: status, Code: code, Msg: msg, Cause: err}
 }
 
 func decodeFailure(err error) error {
@@ -1016,43 +1100,3 @@ func decodeFailure(err error) error {
 	}
 	return &Error{Status: 502, Code: "decode_upstream_unavailable", Msg: "the decode stage failed", Cause: err}
 }
-
-// Probe checks every instance's /health each interval until ctx ends:
-// an instance that fails is ejected (requests go to the others) until it
-// answers again, so a dead instance is avoided before a request finds it.
-func (p *Pool) Probe(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		p.ProbeOnce(ctx, interval)
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// ProbeOnce checks every instance's /health once, each within timeout:
-// one that answers is back in rotation, one that does not sits out.
-func (p *Pool) ProbeOnce(ctx context.Context, timeout time.Duration) {
-	for _, in := range p.Instances {
-		hctx, cancel := context.WithTimeout(ctx, timeout)
-		err := in.Client.Health(hctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			in.eject(time.Now())
-		} else {
-			in.ok()
-		}
-	}
-}
-
-// Healthy reports whether the instance is currently in rotation.
-func (in *Instance) Healthy(now time.Time) bool { return in.ejectedUntil.Load() <= now.UnixNano() }

@@ -277,7 +277,7 @@ func TestProbeEjectsAndRestores(t *testing.T) {
 	defer hs.Close()
 	c, _ := stageclient.New(stageclient.Config{BaseURL: hs.URL})
 	in := &Instance{Client: c}
-	p := &Pool{Name: "p", Instances: []*Instance{in}}
+	p := &Pool{Name: "p", Instances: []*Instance{in}, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Probe(ctx, 10*time.Millisecond)

@@ -185,6 +185,10 @@ type vllmEngine struct {
 	// notices receives the done notices a sender pushes out of band
 	// (LMCache PD mode), where omnipd serve's kvnotice.Listener would.
 	notices *noticeBoard
+	// down are decode instances of the deployment that are dead: a prefill
+	// may be addressed to one (its decode was chosen before it died), and
+	// the KV it sends there goes nowhere.
+	down []kvconnector.Peer
 
 	mu       sync.Mutex
 	legs     []engineLeg
@@ -559,6 +563,11 @@ func (p2pNcclModel) prefill(e *vllmEngine, l engineLeg) (map[string]any, string)
 		return nil, e.problem("ValueError: Request id %s does not contain hostname and port", l.internalID)
 	}
 	if got := m[1] + ":" + m[2]; got != sideChannel(e.other) {
+		for _, d := range e.down {
+			if got == sideChannel(d) {
+				return nil, "" // the send fails on the engine's side; the answer is the same
+			}
+		}
 		return nil, e.problem("sends the KV to %s, the decode listens at %s", got, sideChannel(e.other))
 	}
 	e.fabric.export(l.internalID, kvExport{prompt: l.prompt, internalID: l.internalID})

@@ -3,7 +3,8 @@
 // OpenAI-compatible API. It sends a request body the orchestrator has already
 // built, with the request id and deployment secret, and hands back the
 // response — whole, or event by event for streams — or an error in one of a
-// few classes (ErrConnect, ErrTimeout, ErrCanceled, ErrTruncated,
+// few classes (ErrConnect — and within it ErrNotSent, the request provably
+// never reached the instance — ErrTimeout, ErrCanceled, ErrTruncated,
 // ErrProtocol, *UpstreamError) from which the orchestrator decides between
 // retrying on another replica, failing, or giving up because the client left.
 //
@@ -140,6 +141,12 @@ func parseBaseURL(raw string) (string, error) {
 
 // BaseURL is the instance's root URL, without a trailing slash.
 func (c *Client) BaseURL() string { return c.base }
+
+// HTTP is the *http.Client this Client sends over: the caller's
+// Config.HTTP, or the shared one with its tuned transports. Calls to the
+// instance outside its stage API (a conditioning stash, an encoder cache)
+// go through it, so they share its connections and bounds.
+func (c *Client) HTTP() *http.Client { return c.http }
 
 // sharedHTTP is the default client. Sharing one transport across Clients
 // lets connections to an instance be reused whichever Client holds it.

@@ -14,7 +14,8 @@ import (
 )
 
 // Error classes. Every error a call returns, other than *UpstreamError and
-// misuse (a bad path or request id), wraps exactly one of these, so the
+// misuse (a bad path or request id), wraps exactly one of these (and
+// ErrNotSent, a refinement of ErrConnect, besides it), so the
 // orchestrator can pick retry, failover or fail with errors.Is, without
 // reading messages.
 var (
@@ -22,8 +23,18 @@ var (
 	// connection was refused, reset or closed before a status line. The
 	// instance is unreachable; another replica may serve the request. For a
 	// POST the request may nevertheless have reached the engine (the reset
-	// can come after it was written), so a retry can duplicate work.
+	// can come after it was written), so a retry can duplicate work —
+	// unless the error is also ErrNotSent.
 	ErrConnect = errors.New("cannot reach the stage instance")
+	// ErrNotSent refines ErrConnect — an error that is ErrNotSent is also
+	// ErrConnect — for the failures that prove the instance never had the
+	// request: the dial failed (refused, unreachable, timed out), or the
+	// connection broke while the request was being written, before the
+	// instance had all of it. Such a leg may go to another instance without
+	// anything running twice. An ErrConnect that is not ErrNotSent (a
+	// connection that ended after the whole request was written) may have
+	// reached the engine.
+	ErrNotSent = errors.New("nothing was sent")
 	// ErrTimeout: the caller's deadline passed, or the network timed out,
 	// while waiting for the instance.
 	ErrTimeout = errors.New("timed out")
@@ -128,10 +139,14 @@ func classifyDo(ctx context.Context, what string, err error) error {
 		err = uerr.Err // *url.Error repeats the method and URL that what names
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	var unsent *notSentError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
 		// Even a dial timeout: the instance is unreachable, which is a
 		// failover case, not the request running out of time.
-		return classified(what, ErrConnect, err)
+		return fmt.Errorf("%s: %w (%w): %w", what, ErrConnect, ErrNotSent, err)
+	case errors.As(err, &unsent):
+		return fmt.Errorf("%s: %w (%w): %w", what, ErrConnect, ErrNotSent, unsent.err)
 	}
 	if isNetTimeout(err) {
 		return classified(what, ErrTimeout, err)
@@ -165,3 +180,11 @@ func isNetTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// notSentError is a failure leanTransport knows happened before the
+// instance had the whole request: the write broke off. classifyDo makes it
+// ErrNotSent.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }

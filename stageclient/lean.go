@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"strconv"
 	"strings"
@@ -261,6 +262,11 @@ func (t *leanTransport) exchange(ctx context.Context, pc *leanConn, req *http.Re
 		stop = context.AfterFunc(ctx, pc.abort)
 	}
 	werr := w.writeTo(pc.conn)
+	if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.WroteRequest != nil {
+		// As net/http reports it: the caller learns that the request is
+		// with the instance before its answer comes.
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: werr})
+	}
 	if werr != nil && ctx.Err() != nil {
 		stop()
 		pc.close()
@@ -281,7 +287,7 @@ func (t *leanTransport) exchange(ctx context.Context, pc *leanConn, req *http.Re
 		switch {
 		case werr != nil:
 			// The server never had the whole request.
-			return nil, true, fmt.Errorf("write request: %w", werr)
+			return nil, true, &notSentError{fmt.Errorf("write request: %w", werr)}
 		case errors.As(err, &perr):
 			return nil, false, err
 		}

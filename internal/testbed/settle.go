@@ -44,9 +44,10 @@ func (d *Deployment) Settled(t testing.TB, within time.Duration) {
 	t.Helper()
 	// What serve's background probe does between requests: an instance that
 	// sat out (it went quiet, or was unreachable) and answers again is back
-	// in rotation for what the test does next.
+	// in rotation for what the test does next, and a killed one stays out.
+	// Only a hung instance reaches the bound.
 	for _, p := range d.pools {
-		p.ProbeOnce(context.Background(), time.Second)
+		p.ProbeOnce(context.Background(), 5*time.Second)
 	}
 	deadline := time.Now().Add(within)
 	var u Usage

@@ -45,7 +45,8 @@ const ModelName = "omnipd-reference"
 const secret = "testbed-deployment-secret"
 
 // Options shape a deployment. The zero value is one prefill and one decode
-// over the pull handshake, text only.
+// over the pull handshake, text only; every stage may have several
+// instances, one of which a test kills or stalls.
 type Options struct {
 	// Handshake is the reference connector's: "pull" (default) or "push".
 	Handshake string
@@ -57,6 +58,13 @@ type Options struct {
 	Encoders int
 	// Omni adds the Talker and Code2Wav stages, so chat answers carry audio.
 	Omni bool
+	// Talkers and Code2Wavs are the audio stages' instances with Omni
+	// (default 1 each).
+	Talkers, Code2Wavs int
+	// Colocated serves the Thinker without PD: Decodes is the number of
+	// colocated Thinker instances (in Deployment.Decode), and there is no
+	// prefill, KV connector or encoder.
+	Colocated bool
 	// AsyncChunk streams the Thinker's conditioning to the Talker (the
 	// deploy config's async_chunk).
 	AsyncChunk bool
@@ -87,17 +95,20 @@ type Deployment struct {
 	// Client talks to the public API; its idle connections are closed by
 	// CloseIdle.
 	Client *http.Client
-	// Prefill and Decode are the Thinker workers (Decode holds the one
-	// colocated Thinker when there is no KV connector); Encoder the encoder
+	// Prefill and Decode are the Thinker workers (Decode holds the
+	// colocated Thinkers with Options.Colocated); Encoder the encoder
 	// workers of E/P/D.
 	Prefill, Decode, Encoder []*Worker
-	// Talker and Code2Wav are the audio stages (nil without Options.Omni).
-	Talker, Code2Wav *Stage
+	// Talker and Code2Wav are the audio stages (nil without Options.Omni):
+	// the first of Talkers and Code2Wavs, which hold every instance.
+	Talker, Code2Wav   *Stage
+	Talkers, Code2Wavs []*Stage
 
 	metrics   *metrics.Orchestrator
 	stageHTTP *http.Client
-	// pools are the Thinker pools, which Settled probes as serve's
-	// background probe would.
+	// pools are the Thinker pools (encoders included), which Settled
+	// probes as serve's background probe would. The audio stages' are not
+	// probed: a test reads their proxies' traffic as the requests' own.
 	pools    []*orchestrator.Pool
 	api      *http.Server
 	baseline int
@@ -184,6 +195,15 @@ func Start(t testing.TB, opts Options) *Deployment {
 	if opts.Decodes <= 0 {
 		opts.Decodes = 1
 	}
+	if opts.Talkers <= 0 {
+		opts.Talkers = 1
+	}
+	if opts.Code2Wavs <= 0 {
+		opts.Code2Wavs = 1
+	}
+	if opts.Colocated {
+		opts.Prefills, opts.Encoders = 0, 0
+	}
 	if opts.LeaseSeconds <= 0 {
 		opts.LeaseSeconds = 2
 	}
@@ -204,11 +224,16 @@ func Start(t testing.TB, opts Options) *Deployment {
 	}
 	t.Cleanup(d.stop)
 
-	prefillPool := &orchestrator.Pool{Name: "prefill"}
-	decodePool := &orchestrator.Pool{Name: "decode"}
+	// The probe's logs go where the deployment's do.
+	prefillPool := &orchestrator.Pool{Name: "prefill", Logger: lg}
+	decodePool := &orchestrator.Pool{Name: "decode", Logger: lg}
+	decodeRole := "kv_consumer"
+	if opts.Colocated {
+		decodePool.Name, decodeRole = "thinker", ""
+	}
 	var encoderPool *orchestrator.Pool
 	if opts.Encoders > 0 {
-		encoderPool = &orchestrator.Pool{Name: "encoder"}
+		encoderPool = &orchestrator.Pool{Name: "encoder", Logger: lg}
 		for i := range opts.Encoders {
 			w := d.startThinker(t, fmt.Sprintf("encoder-%d", i), worker.ECProducer, opts, lg)
 			d.Encoder = append(d.Encoder, w)
@@ -221,32 +246,51 @@ func Start(t testing.TB, opts Options) *Deployment {
 		prefillPool.Instances = append(prefillPool.Instances, d.instance(t, w))
 	}
 	for i := range opts.Decodes {
-		w := d.startThinker(t, fmt.Sprintf("decode-%d", i), "kv_consumer", opts, lg)
+		name := fmt.Sprintf("decode-%d", i)
+		if opts.Colocated {
+			name = fmt.Sprintf("thinker-%d", i)
+		}
+		w := d.startThinker(t, name, decodeRole, opts, lg)
 		d.Decode = append(d.Decode, w)
 		decodePool.Instances = append(decodePool.Instances, d.instance(t, w))
 	}
-	contract, err := kvconnector.NewRegistry().Lookup(kvconnector.ReferenceConnector, map[string]any{"handshake": opts.Handshake})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ocfg := orchestrator.Config{
-		Prefill: prefillPool, Decode: decodePool, Encoder: encoderPool, Contract: contract, Secret: secret,
+		Decode: decodePool, Secret: secret,
 		PrefillRetries: opts.PrefillRetries, PrefillTimeout: opts.PrefillTimeout, StageIdleTimeout: opts.StageIdleTimeout,
 		Metrics: d.metrics, Logger: lg,
 	}
+	d.pools = []*orchestrator.Pool{decodePool}
+	if !opts.Colocated {
+		contract, err := kvconnector.NewRegistry().Lookup(kvconnector.ReferenceConnector, map[string]any{"handshake": opts.Handshake})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ocfg.Prefill, ocfg.Contract = prefillPool, contract
+		d.pools = append(d.pools, prefillPool)
+		if encoderPool != nil {
+			ocfg.Encoder = encoderPool
+			d.pools = append(d.pools, encoderPool)
+		}
+	}
 	if opts.Omni {
-		d.Talker = d.startStage(t, "talker", worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, lg))
-		d.Code2Wav = d.startStage(t, "code2wav", worker.NewCode2Wav(code2wav.Default(), secret, lg))
+		talkers := &orchestrator.Pool{Name: "talker", Logger: lg}
+		for i := range opts.Talkers {
+			s := d.startStage(t, fmt.Sprintf("talker-%d", i), worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, lg))
+			d.Talkers = append(d.Talkers, s)
+			talkers.Instances = append(talkers.Instances, &orchestrator.Instance{Client: d.client(t, s.HTTP.URL())})
+		}
+		code2wavs := &orchestrator.Pool{Name: "code2wav", Logger: lg}
+		for i := range opts.Code2Wavs {
+			s := d.startStage(t, fmt.Sprintf("code2wav-%d", i), worker.NewCode2Wav(code2wav.Default(), secret, lg))
+			d.Code2Wavs = append(d.Code2Wavs, s)
+			code2wavs.Instances = append(code2wavs.Instances, &orchestrator.Instance{Client: d.client(t, s.HTTP.URL())})
+		}
+		d.Talker, d.Code2Wav = d.Talkers[0], d.Code2Wavs[0]
 		ocfg.Omni = &orchestrator.Omni{
-			Talker:   &orchestrator.Pool{Name: "talker", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Talker.HTTP.URL())}}},
-			Code2Wav: &orchestrator.Pool{Name: "code2wav", Instances: []*orchestrator.Instance{{Client: d.client(t, d.Code2Wav.HTTP.URL())}}},
+			Talker: talkers, Code2Wav: code2wavs,
 			// The reference Thinker's middle layer, as omnipd serve uses.
 			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
 		}
-	}
-	d.pools = []*orchestrator.Pool{prefillPool, decodePool}
-	if encoderPool != nil {
-		d.pools = append(d.pools, encoderPool)
 	}
 	orch, err := orchestrator.New(ocfg)
 	if err != nil {
@@ -296,10 +340,13 @@ func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options,
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	wcfg := worker.Config{Engine: eng, Secret: secret, Logger: lg}
-	if role == worker.ECProducer {
+	switch role {
+	case "":
+		// A colocated Thinker: no KV connector, no encoder outputs.
+	case worker.ECProducer:
 		// An encoder: no KV, and the encoder outputs it keeps.
 		wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECProducer}
-	} else {
+	default:
 		if wcfg.KV, err = worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
 		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g,"shared_memory":%t}}`,
 			role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory)); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/omnipd/omnipd/internal/testbed"
@@ -24,9 +23,9 @@ type relayedDoc struct {
 	Choices  []relayedChoice `json:"choices"`
 }
 
-// clientView fails t unless doc shows the client the id omnipd gave its
-// request and nothing of the protocol between omnipd and its stages.
-func clientView(t *testing.T, what string, doc []byte, idPrefix string) relayedDoc {
+// clientView fails t unless doc carries the id the client named its
+// request by and nothing of the protocol between omnipd and its stages.
+func clientView(t *testing.T, what string, doc []byte, wantID string) relayedDoc {
 	t.Helper()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(doc, &m); err != nil {
@@ -39,8 +38,8 @@ func clientView(t *testing.T, what string, doc []byte, idPrefix string) relayedD
 	}
 	var d relayedDoc
 	_ = json.Unmarshal(doc, &d)
-	if !strings.HasPrefix(d.ID, idPrefix) {
-		t.Errorf("%s: id %q, want omnipd's request id (%s…)", what, d.ID, idPrefix)
+	if d.ID != wantID {
+		t.Errorf("%s: id %q, want %q, the client's X-Request-Id as vLLM names an answer", what, d.ID, wantID)
 	}
 	return d
 }
@@ -49,7 +48,7 @@ func clientView(t *testing.T, what string, doc []byte, idPrefix string) relayedD
 // the text choice ends with the Thinker's own reason (here "length": the
 // output is capped), the audio choice with "stop"; streamed, each modality's
 // last chunk carries its reason and no chunk before it does. Every answer
-// and chunk carries omnipd's request id and no stage-protocol member.
+// and chunk carries the client's X-Request-Id and no stage-protocol member.
 func TestOmniFinishReasonsAgree(t *testing.T) {
 	d := testbed.Start(t, testbed.Options{Omni: true})
 	ctx, cancel := context.WithTimeout(context.Background(), reqTimeout)
@@ -63,7 +62,7 @@ func TestOmniFinishReasonsAgree(t *testing.T) {
 	if whole.err != nil || whole.status != http.StatusOK {
 		t.Fatalf("whole answer: %v", whole)
 	}
-	w := clientView(t, "whole answer", whole.body, "chatcmpl-"+clientID+"-")
+	w := clientView(t, "whole answer", whole.body, "chatcmpl-"+clientID)
 	if len(w.Choices) != 2 || w.Choices[0].FinishReason == nil || w.Choices[1].FinishReason == nil {
 		t.Fatalf("whole answer: want a text and an audio choice, each with a finish_reason: %.400s", whole.body)
 	}
@@ -79,7 +78,7 @@ func TestOmniFinishReasonsAgree(t *testing.T) {
 	last := map[string]int{}      // modality → index of its last chunk with a choice
 	reasons := map[string][]int{} // modality → indexes of chunks with a finish_reason
 	for i, ev := range streamed.events {
-		c := clientView(t, "chunk", ev, "chatcmpl-"+clientID+"-")
+		c := clientView(t, "chunk", ev, "chatcmpl-"+clientID)
 		if len(c.Choices) == 0 {
 			continue
 		}

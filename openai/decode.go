@@ -86,6 +86,114 @@ func DecodeCompletionRequest(r io.Reader, limit int64) (*CompletionRequest, erro
 	return req, nil
 }
 
+// DecodeCompletionRequestWithin is DecodeCompletionRequest for a server
+// that knows the model's context, maxModelLen tokens (<= 0: unknown): a
+// token-id prompt of maxModelLen ids or more, which cannot leave room for
+// one generated token, is refused before its ids are decoded — they are
+// counted in the body's bytes, so 15 MiB of ids costs no more than the 15
+// MiB already read, instead of eight bytes an id. The refusal is vLLM's
+// 400 (ContextLengthExceeded, param "prompt", or "prompt[i]" for one
+// prompt of a batch), an *ErrorResponse.
+func DecodeCompletionRequestWithin(r io.Reader, limit int64, maxModelLen int) (*CompletionRequest, error) {
+	body, err := readBody(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	req := new(CompletionRequest)
+	if maxModelLen > 0 && valid(body) {
+		// Validated once here; the decoder then walks the trusted bytes.
+		doc := trimSpace(body)
+		if kindOf(doc) == "object" {
+			if err := refuseLongTokenPrompt(doc, maxModelLen); err != nil {
+				return nil, err
+			}
+		}
+		if err := wordBodyError(req.unmarshalValid(doc)); err != nil {
+			return nil, err
+		}
+	} else if err := decodeBody(body, req); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// ReadObject reads a body of at most limit bytes that must be one JSON
+// object and returns it as sent, for requests omnipd passes on without
+// modelling them (vLLM's /tokenize and /detokenize). Its errors are
+// DecodeChatRequest's.
+func ReadObject(r io.Reader, limit int64) ([]byte, error) {
+	body, err := readBody(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeBody(body, new(rawObject)); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// rawObject checks that a body is a JSON object and keeps nothing of it.
+type rawObject struct{}
+
+func (o *rawObject) UnmarshalJSON(b []byte) error { return unmarshalChecked(b, o) }
+
+func (o *rawObject) unmarshalValid(b []byte) error {
+	if k := kindOf(b); k != "object" {
+		return &RequestError{Message: "expected an object, got " + k}
+	}
+	return nil
+}
+
+// refuseLongTokenPrompt refuses the completions body, a valid JSON object,
+// whose prompt holds token ids that cannot fit maxModelLen. It counts the
+// ids of the raw "prompt" value and decodes nothing; a prompt of another
+// shape is left to the decoder.
+func refuseLongTokenPrompt(doc []byte, maxModelLen int) error {
+	var raw []byte
+	for k, v := range members(doc) {
+		if name, ok := verbatim(k); ok && string(name) == "prompt" || !ok && unquote(k) == "prompt" {
+			raw = v // of a repeated key the last counts, as when decoding
+		}
+	}
+	if kindOf(raw) != "array" {
+		return nil
+	}
+	for e := range elements(raw) {
+		switch kindOf(e) {
+		case "number":
+			// One tokenized prompt: [9707, 11, ...].
+			if n := countElements(raw); n >= maxModelLen {
+				return PromptTooLong("prompt", maxModelLen, n)
+			}
+		case "array":
+			// A batch of them: [[9707], [11, ...]].
+			i := 0
+			for ids := range elements(raw) {
+				if kindOf(ids) == "array" {
+					if n := countElements(ids); n >= maxModelLen {
+						return PromptTooLong("prompt["+strconv.Itoa(i)+"]", maxModelLen, n)
+					}
+				}
+				i++
+			}
+		}
+		return nil // the first element decides the shape, as in Prompt
+	}
+	return nil
+}
+
+// countElements is the number of elements of the valid JSON array arr.
+func countElements(arr []byte) int {
+	n := 0
+	for range elements(arr) {
+		n++
+	}
+	return n
+}
+
 func readBody(r io.Reader, limit int64) ([]byte, error) {
 	if limit > 0 && limit < math.MaxInt64 {
 		// One byte more than allowed tells "exactly at the limit" from "over".
@@ -130,6 +238,11 @@ func decodeBody(body []byte, dst json.Unmarshaler) error {
 			Err:     err,
 		}
 	}
+	return wordBodyError(err)
+}
+
+// wordBodyError words an error about the body as a whole as one.
+func wordBodyError(err error) error {
 	var re *RequestError
 	if errors.As(err, &re) && re.Param == "" {
 		return &RequestError{Message: "request body: " + re.Message, Err: re.Err}

@@ -31,6 +31,9 @@ const (
 	CodeServiceUnavailable = "service_unavailable"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeRequestTimeout     = "request_timeout"
+	// CodeContextLengthExceeded is a request that does not fit the model's
+	// context, as OpenAI names it.
+	CodeContextLengthExceeded = "context_length_exceeded"
 )
 
 // ErrorResponse is OpenAI's error body, {"error": {...}}, with the HTTP status
@@ -119,6 +122,18 @@ func InvalidRequest(param, message string) *ErrorResponse {
 	if param != "" {
 		e.Detail.Param = &param
 	}
+	return e
+}
+
+// PromptTooLong is vLLM's 400 for a prompt of tokens input tokens that
+// reaches the model's context of maxModelLen tokens, leaving no room for
+// one generated token: its message (OpenAIServing._validate_input,
+// vllm/entrypoints/openai/serving_engine.py), with OpenAI's code.
+func PromptTooLong(param string, maxModelLen, tokens int) *ErrorResponse {
+	e := InvalidRequest(param, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.",
+		maxModelLen, tokens))
+	code := CodeContextLengthExceeded
+	e.Detail.Code = &code
 	return e
 }
 

@@ -61,17 +61,25 @@ type MediaItem struct {
 	// part: a data:, http:, https: or file: URL, as sent.
 	URL string
 	// Data is the base64 payload of an input_audio part and Format its
-	// declared container ("wav", "mp3" or "amr"). vLLM turns the pair into
-	// the data URL "data:audio/<format>;base64,<data>".
+	// declared container ("wav" or "mp3"). vLLM turns the pair into the
+	// data URL "data:audio/<format>;base64,<data>".
 	Data   string
 	Format string
 }
 
-// inputAudioFormats lists the formats of OpenAI's InputAudio type, which
-// vLLM imports for input_audio parts.
-const inputAudioFormats = "wav, mp3 or amr"
+// InputAudioFormats are the input_audio formats omnipd takes: those of
+// OpenAI's InputAudio type (Literal["wav", "mp3"], openai-python
+// src/openai/types/chat/chat_completion_content_part_input_audio_param.py
+// at f20a9a18), which are also the containers the reference engine decodes
+// (engine/audioproc). vLLM passes any format on to its audio loader.
+func InputAudioFormats() []string { return slices.Clone(inputAudio) }
 
-func isInputAudioFormat(f string) bool { return f == "wav" || f == "mp3" || f == "amr" }
+var inputAudio = []string{"wav", "mp3"}
+
+// inputAudioFormats words the formats for messages: "wav or mp3".
+var inputAudioFormats = strings.Join(inputAudio, " or ")
+
+func isInputAudioFormat(f string) bool { return slices.Contains(inputAudio, f) }
 
 // isTextPartType reports the non-media part types vLLM accepts; MediaItems
 // skips them.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,5 +483,147 @@ func TestConnectionCapIsPerClient(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
 			t.Errorf("%s, over its cap: %v %v, want a 429", name, resp, err)
 		}
+	}
+}
+
+// A client that writes its whole body before it reads its answer — as
+// Python's urllib does — hears the 413 for a body over the cap, with
+// OpenAI's error body, instead of a connection reset: the server reads and
+// drops the rest of the body once the answer is out. Declared
+// (Content-Length, refused before any of it is read) and chunked (refused
+// once the cap is passed).
+func TestOversizedBodyWrittenWholeGets413(t *testing.T) {
+	const limit = 1 << 20
+	// Far more than loopback sockets buffer, so that the client's write
+	// blocks unless the server reads on.
+	const size = limit + 200<<20
+	piece := bytes.Repeat([]byte("x"), 1<<20)
+	for _, chunked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "content-length", true: "chunked"}[chunked], func(t *testing.T) {
+			stage := &fakeThinker{got: make(chan struct{}, 1)}
+			addr, m := frontDoor(t, stage, Config{MaxBodyBytes: limit}, HTTPConfig{})
+			c := dial(t, addr)
+			// A generous bound only a hang reaches.
+			_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+			head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: omnipd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+			if chunked {
+				head = "POST /v1/chat/completions HTTP/1.1\r\nHost: omnipd\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+			}
+			_, err := io.WriteString(c, head)
+			for sent := 0; err == nil && sent < size; sent += len(piece) {
+				if chunked {
+					_, err = fmt.Fprintf(c, "%x\r\n%s\r\n", len(piece), piece)
+				} else {
+					_, err = c.Write(piece)
+				}
+			}
+			if err == nil && chunked {
+				_, err = io.WriteString(c, "0\r\n\r\n")
+			}
+			if err != nil {
+				t.Fatalf("writing the whole body before reading: %v", err)
+			}
+			resp, body := readResponse(t, c, bufio.NewReader(c))
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("oversized body: %d %s, want 413", resp.StatusCode, body)
+			}
+			if e := openAIErrorBody(t, body); e["code"] != "request_too_large" || !strings.Contains(e["message"].(string), strconv.Itoa(limit)) {
+				t.Errorf("oversized body: %v, want code request_too_large and the limit named", e)
+			}
+			if !resp.Close {
+				t.Error("after a refused body the connection should close (Connection: close)")
+			}
+			select {
+			case <-stage.got:
+				t.Error("an oversized body reached the stage")
+			default:
+			}
+			if n := requestCount(t, m, "none", "413"); n != "1" {
+				t.Errorf(`omnipd_requests_total{path="none",status="413"} = %s, want 1`, n)
+			}
+		})
+	}
+}
+
+// floodThinker streams large chunks for as long as its client reads them,
+// and closes left once that request's context ends (the orchestrator
+// cancelled the leg). Requests that do not stream get fakeThinker's answer.
+type floodThinker struct {
+	started, left chan struct{}
+	flooding      atomic.Bool
+}
+
+func (f *floodThinker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if !bytes.Contains(body, []byte(`"stream":true`)) || f.flooding.Swap(true) {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		(&fakeThinker{}).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := sseEvents(fmt.Sprintf(`{"id":"x","object":"chat.completion.chunk","created":1,"model":"omnipd-reference","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`, strings.Repeat("a", 64<<10)))
+	select {
+	case f.started <- struct{}{}:
+	default:
+	}
+	defer close(f.left)
+	for r.Context().Err() == nil {
+		if _, err := io.WriteString(w, chunk); err != nil {
+			return
+		}
+		w.(http.Flusher).Flush()
+	}
+}
+
+// A client that stops reading a stream holds nothing for good: once a
+// write has waited the write timeout it is dropped, its stage leg is
+// cancelled and its place is free for the next request.
+func TestClientThatStopsReadingIsDropped(t *testing.T) {
+	stage := &floodThinker{started: make(chan struct{}, 1), left: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/", stage)
+	addr, m := frontDoor(t, mux, Config{MaxConcurrent: 1, WriteTimeout: 200 * time.Millisecond}, HTTPConfig{})
+	c := dial(t, addr)
+	body := `{"messages":[{"role":"user","content":"hello"}],"stream":true}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: omnipd\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// The client reads nothing from here on.
+	<-stage.started
+	select {
+	case <-stage.left:
+	case <-t.Context().Done():
+		t.Fatal("the stage leg of a client that stopped reading was never cancelled")
+	}
+	waitFor(t, "the dropped stream to be counted", func() bool { return requestCount(t, m, "colocated", "499") == "1" })
+	// Its place (of one) is free again.
+	ctx, cancel := context.WithTimeout(t.Context(), ioGuard)
+	defer cancel()
+	go func() { <-ctx.Done(); c.Close() }()
+	if status, _, b, err := postChat(ctx, "http://"+addr, smallChat); err != nil || status != http.StatusTooManyRequests && status != http.StatusOK {
+		t.Fatalf("after the stalled client: %d %v %s", status, err, b)
+	} else if status != http.StatusOK {
+		t.Errorf("the stalled client still holds its place: %d %s", status, b)
+	}
+}
+
+// The write deadline bounds each write, not the answer: a stream the
+// client reads slowly but steadily, lasting many write timeouts, arrives
+// whole, and the next request on the same connection is answered.
+func TestWriteTimeoutSparesStreamsBeingRead(t *testing.T) {
+	const events = 12
+	addr, _ := frontDoor(t, &fakeThinker{events: events, gap: 50 * time.Millisecond, got: make(chan struct{}, 1)},
+		Config{WriteTimeout: 100 * time.Millisecond}, HTTPConfig{})
+	c := dial(t, addr)
+	br := bufio.NewReader(c)
+	body := `{"messages":[{"role":"user","content":"hello"}],"stream":true}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: omnipd\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	resp, stream := readResponse(t, c, br)
+	if n := strings.Count(stream, `"chat.completion.chunk"`); resp.StatusCode != 200 || n != events || !strings.HasSuffix(stream, "data: [DONE]\n\n") {
+		t.Fatalf("a stream outlasting the write timeout: %d, %d of %d events\n%s", resp.StatusCode, n, events, stream)
+	}
+	// Idle past the write timeout, then one more request on the connection.
+	time.Sleep(300 * time.Millisecond)
+	fmt.Fprintf(c, "GET /v1/models HTTP/1.1\r\nHost: omnipd\r\n\r\n")
+	if resp, b := readResponse(t, c, br); resp.StatusCode != 200 {
+		t.Errorf("the next request on the connection: %d %s", resp.StatusCode, b)
 	}
 }

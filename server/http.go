@@ -98,8 +98,13 @@ func (c HTTPConfig) withDefaults() HTTPConfig {
 // NewHTTPServer is the http.Server omnipd serves h with. It has no
 // ReadTimeout and no WriteTimeout: net/http keeps ReadTimeout's deadline on
 // the connection while the handler runs, and when it passes its background
-// read cancels the request — a stream would be cut mid-answer. Bodies are
-// bounded by the handler instead (Config.BodyTimeout).
+// read cancels the request — a stream would be cut mid-answer — and
+// WriteTimeout bounds a whole answer, however long a stream the client is
+// reading. Bodies are bounded by the handler instead (Config.BodyTimeout),
+// and each write of an answer by the write deadline the handler pushes out
+// before it (Config.WriteTimeout), which net/http lifts once the answer is
+// flushed (conn.serve, after finishRequest), before the next request on
+// the connection.
 func NewHTTPServer(h http.Handler, cfg HTTPConfig) *http.Server {
 	cfg = cfg.withDefaults()
 	return &http.Server{

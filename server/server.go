@@ -5,6 +5,10 @@
 // as they arrive, never held for later ones (events that arrive together
 // leave together, in one write).
 //
+// It also serves vLLM's /version, and vLLM's /tokenize and /detokenize,
+// which it passes on to a Thinker instance. Every request gets one access
+// line in the log.
+//
 // What a client may steer stops here: fields that only omnipd may set on a
 // stage leg (kv_transfer_params, omnipd_conditioning) are refused, and the
 // request id the stages see is unique even when a client chooses its own.
@@ -26,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/orchestrator"
@@ -39,6 +44,15 @@ type Orchestrator interface {
 
 var _ Orchestrator = (*orchestrator.Orchestrator)(nil)
 
+// Tokenizer is what /tokenize and /detokenize need: a Thinker instance to
+// pass vLLM's request to. An Orchestrator that is one (the orchestrator
+// is) serves them; without it they are not routes.
+type Tokenizer interface {
+	Tokenize(ctx context.Context, path, requestID string, body []byte) ([]byte, error)
+}
+
+var _ Tokenizer = (*orchestrator.Orchestrator)(nil)
+
 // Config configures the server. The zero value of every limit has a
 // working default.
 type Config struct {
@@ -47,8 +61,25 @@ type Config struct {
 	ModelName string
 	// Ready reports whether every stage is healthy (for /health).
 	Ready func(ctx context.Context) error
-	// MaxBodyBytes bounds request bodies (default 16 MiB).
+	// MaxBodyBytes bounds request bodies (default: openai.MaxBodyBytes of
+	// vLLM's default media limits, room for one largest item of each
+	// modality). A body over it is answered 413 — at once when its
+	// Content-Length says so — and what the client still sends is read and
+	// dropped (up to drainBytes, within the body timeout) so that a client
+	// that writes its whole body before reading hears the 413.
 	MaxBodyBytes int64
+	// MaxModelLen is the Thinker's context, prompt plus output, in tokens;
+	// 0 when unknown. /v1/models reports it, and a token-id prompt that
+	// cannot fit it is refused with vLLM's 400 before its ids are decoded.
+	MaxModelLen int
+	// WriteTimeout bounds each write of an answer: a client that reads
+	// nothing for this long, a stream's included, is dropped, which frees
+	// its place and cancels its stage legs. It is reset before every write,
+	// so it never cuts a stream the client keeps reading (default
+	// DefaultWriteTimeout; negative: none).
+	WriteTimeout time.Duration
+	// Version is what /version reports (default buildinfo.Version()).
+	Version string
 	// BodyTimeout bounds the read of a request's whole body, from the end
 	// of its headers (default DefaultBodyTimeout; negative: none). A body
 	// not in by then is answered 408. It bounds only the body: the answer,
@@ -87,13 +118,22 @@ var _ http.Handler = (*Server)(nil)
 // New builds the handler.
 func New(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
+		cfg.MaxBodyBytes = openai.MaxBodyBytes(0, nil)
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 1024
 	}
 	if cfg.BodyTimeout == 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	switch {
+	case cfg.WriteTimeout == 0:
+		cfg.WriteTimeout = DefaultWriteTimeout
+	case cfg.WriteTimeout < 0:
+		cfg.WriteTimeout = 0
+	}
+	if cfg.Version == "" {
+		cfg.Version = buildinfo.Version()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -102,6 +142,11 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chat))
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /version", s.version)
+	if tok, ok := cfg.Orchestrator.(Tokenizer); ok {
+		s.mux.HandleFunc("POST "+orchestrator.TokenizePath, s.handle(s.tokenizer(tok, orchestrator.TokenizePath)))
+		s.mux.HandleFunc("POST "+orchestrator.DetokenizePath, s.handle(s.tokenizer(tok, orchestrator.DetokenizePath)))
+	}
 	s.mux.HandleFunc("GET /health", s.health)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
@@ -110,34 +155,38 @@ func New(cfg Config) *Server {
 }
 
 // DefaultBodyTimeout is Config.BodyTimeout's default: Traefik's read
-// timeout for a whole request since v2.11.2. At that bound a body at the
-// 16 MiB limit needs about 2.2 Mbit/s.
+// timeout for a whole request since v2.11.2. At that bound a 25 MiB audio
+// clip's base64 needs about 4.7 Mbit/s, and a body at the default cap
+// (122 MiB) about 17 Mbit/s.
 const DefaultBodyTimeout = 60 * time.Second
 
-type requestIDKey struct{}
+// DefaultWriteTimeout is Config.WriteTimeout's default: nginx's
+// send_timeout, which bounds the same thing — the wait between two
+// successive writes to a client, not the whole answer. A write waits only
+// once the client's receive window and the socket's buffer are full, so a
+// client that reads at any pace never meets it; one that has read nothing
+// for a minute has stopped.
+const DefaultWriteTimeout = 60 * time.Second
 
-// RequestID returns the request id the server assigned to ctx's request:
-// the id its stage legs carry and its log lines name.
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
-
+// ServeHTTP gives the request its ids, bounds every write of its answer,
+// checks the API key and routes it; its access line is logged when it
+// ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	echo, id := requestIDs(r.Header.Get("X-Request-Id"))
-	w.Header().Set("X-Request-Id", echo)
-	ctx := context.WithValue(r.Context(), requestIDKey{}, id)
+	ex := newExchange(r.Header.Get("X-Request-Id"))
+	w.Header().Set("X-Request-Id", ex.clientID)
+	sw := newStatusWriter(w, ex, s.cfg.WriteTimeout)
+	defer s.logAccess(r, sw, ex)
+	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	if s.cfg.APIKey != "" && s.protected(r.URL.Path) && !openai.HasBearer(r, s.cfg.APIKey) {
-		s.unauthorized(w, r, id)
+		s.unauthorized(sw, r)
 		return
 	}
-	r = r.WithContext(ctx)
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
-		s.noRoute(w, r, h)
+		s.noRoute(sw, r, h)
 		return
 	}
-	h.ServeHTTP(w, r)
+	h.ServeHTTP(sw, r)
 }
 
 // noRoute answers a request no route takes — an unknown path (404), or a
@@ -157,7 +206,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request, mux http.Handle
 		w.Header().Set("Allow", allow)
 		e = openai.MethodNotAllowed(fmt.Sprintf("Method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow))
 	}
-	s.log.Info("request rejected", "request_id", RequestID(r.Context()), "status", e.Status, "method", r.Method, "path", r.URL.Path)
+	s.requestLog(r.Context()).Info("request rejected", "status", e.Status, "method", r.Method, "path", r.URL.Path)
 	s.cfg.Metrics.RecordRequest("none", e.Status, 0)
 	_ = openai.WriteError(w, e)
 }
@@ -172,42 +221,50 @@ func (p *headerProbe) Header() http.Header         { return p.header }
 func (p *headerProbe) WriteHeader(code int)        { p.status = code }
 func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
 
-// requestIDs returns the id to echo to the client and the id the request
-// is known by inside omnipd. A client's own X-Request-Id is echoed and
-// logged, but stage legs never carry it bare: the engines key KV leases,
-// transfer ids and conditioning by the request id, so two requests that
-// share one — by accident, or a client naming another's id — could read
-// each other's KV. The suffix keeps the client's id greppable in every log.
-func requestIDs(client string) (echo, id string) {
-	if !validRequestID(client) {
+// requestIDs returns the id the client knows the request by and the id it
+// is known by inside omnipd. A client's own X-Request-Id is echoed, names
+// the answer ("chatcmpl-" + client, as vLLM names it) and is logged, but
+// stage legs never carry it bare: the engines key KV leases, transfer ids
+// and conditioning by the request id, so two requests that share one — by
+// accident, or a client naming another's id — could read each other's KV.
+// The legs carry it with a suffix of omnipd's, which keeps the client's id
+// greppable in every log line, the stages' included. Without a usable
+// X-Request-Id both are one fresh id.
+func requestIDs(fromClient string) (client, id string) {
+	if !validRequestID(fromClient) {
 		id = openai.NewID("")
 		return id, id
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return client, client + "-" + hex.EncodeToString(b[:])
+	return fromClient, fromClient + "-" + hex.EncodeToString(b[:])
 }
 
-// protected reports whether path needs the API key: the whole OpenAI API,
-// and /health and /metrics when so configured.
+// protected reports whether path needs the API key: the whole OpenAI API;
+// /tokenize and /detokenize, which vLLM leaves open (its key guards only
+// /v1) but which run the model's tokenizer for anyone and tell what it is;
+// and /health and /metrics when so configured. /version stays open, as in
+// vLLM.
 func (s *Server) protected(path string) bool {
 	switch path {
 	case "/health":
 		return s.cfg.AuthHealth
 	case "/metrics":
 		return s.cfg.AuthMetrics
+	case orchestrator.TokenizePath, orchestrator.DetokenizePath:
+		return true
 	}
 	return path == "/v1" || strings.HasPrefix(path, "/v1/")
 }
 
 // unauthorized refuses a request without the right API key. Neither the
 // key nor what the client sent is logged.
-func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	msg := "incorrect API key provided"
 	if _, ok := openai.BearerToken(r); !ok {
 		msg = "missing API key: send it as \"Authorization: Bearer <key>\""
 	}
-	s.log.Info("request rejected", "request_id", id, "status", http.StatusUnauthorized, "path", r.URL.Path, "reason", msg)
+	s.requestLog(r.Context()).Info("request rejected", "status", http.StatusUnauthorized, "path", r.URL.Path, "reason", msg)
 	s.cfg.Metrics.RecordRequest("none", http.StatusUnauthorized, 0)
 	_ = openai.WriteUnauthorized(w, msg)
 }
@@ -231,17 +288,20 @@ func validRequestID(id string) bool {
 // path it had reached.
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		log := s.log.With("request_id", RequestID(r.Context()))
+		log := s.requestLog(r.Context())
+		ex := exchangeOf(r.Context())
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		cancelled := false
+		sw, ok := w.(*statusWriter)
+		if !ok {
+			sw = newStatusWriter(w, ex, s.cfg.WriteTimeout)
+		}
 		defer func() {
 			path := sw.Header().Get("X-Omnipd-Pd-Path")
 			if path == "" {
 				path = "none"
 			}
 			status := sw.status
-			if cancelled {
+			if ex.cancelled {
 				status = metrics.StatusClientClosedRequest
 			}
 			s.cfg.Metrics.RecordRequest(path, status, time.Since(start))
@@ -262,14 +322,14 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		switch {
 		case err == nil:
 			// Answered — unless the client left before the end of it.
-			cancelled = r.Context().Err() != nil
+			ex.cancelled = r.Context().Err() != nil
 			return
 		case errors.As(err, &bodyErr):
 			// Checked before the context: net/http cancels it on any failed
 			// read of the connection, a body timeout or a half-close among
 			// them, while the client may still be there to read the answer.
 			if bodyErr.resp == nil {
-				cancelled = true
+				ex.cancelled = true
 				log.Info("client went away while sending its body", "err", bodyErr.cause)
 				return
 			}
@@ -279,10 +339,16 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		case errors.As(err, &resp):
 		case errors.As(err, &reqErr):
 			resp = reqErr.Response()
+		case sw.timedOut:
+			// Before the context, which net/http cancels once the
+			// connection breaks: this client stopped reading.
+			ex.cancelled = true
+			log.Info("client stopped reading its answer; dropped after the write timeout", "write_timeout", s.cfg.WriteTimeout, "err", err)
+			return
 		case r.Context().Err() != nil:
 			// Whatever a stage answered a request whose client left (an
 			// aborted leg looks like a failed one), nobody reads it.
-			cancelled = true
+			ex.cancelled = true
 			log.Info("client went away", "err", err)
 			return
 		case errors.As(err, &orchErr):
@@ -290,7 +356,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 			// cancelled by omnipd, and its error wraps that cancellation.
 			resp = orchErr.Response()
 		case errors.Is(err, errClientGone), errors.Is(err, context.Canceled), errors.Is(err, stageclient.ErrCanceled):
-			cancelled = true
+			ex.cancelled = true
 			log.Info("client went away", "err", err)
 			return
 		default:
@@ -304,13 +370,55 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		if resp.Status == http.StatusServiceUnavailable || resp.Status == http.StatusTooManyRequests {
 			sw.Header().Set("Retry-After", "1")
 		}
+		unread := resp.Status == http.StatusRequestEntityTooLarge && !ex.bodyRead
+		if unread {
+			// The rest of the body is dropped after the answer, and the
+			// connection closed: it must not be read as the next request.
+			sw.Header().Set("Connection", "close")
+			_ = http.NewResponseController(sw).EnableFullDuplex()
+		}
 		if resp.Status >= 500 {
 			log.Error("request failed", "status", resp.Status, "err", err)
 		} else {
 			log.Info("request rejected", "status", resp.Status, "err", err)
 		}
 		_ = openai.WriteError(sw, resp)
+		if unread {
+			s.drain(sw, r)
+		}
 	}
+}
+
+// drainBytes bounds what drain reads of a refused body: this, or the body
+// cap when it is larger. Dropping bytes costs no memory, and the body
+// timeout bounds the time, so the bound is generous: many times what
+// loopback and LAN sockets buffer, which is what a client's write needs
+// read before it completes. A client that sends more than that past the
+// cap has its connection closed on it instead.
+const drainBytes = 256 << 20
+
+// drain reads and drops what the client of a refused body still sends,
+// once the answer is out, until the body ends, drainBytes (or the cap, if
+// more) have come, or the body timeout passes. A client that writes its
+// whole body before it reads (Python's urllib; SDKs that then retry)
+// would otherwise meet a connection closed on its unread bytes: the
+// kernel answers those with a reset, which makes the client's write fail
+// and can destroy the answer before the client reads it. refuse in
+// http.go lingers the same way for refused connections.
+func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	timeout := s.cfg.BodyTimeout
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return
+	}
+	n, err := io.CopyN(io.Discard, r.Body, max(s.cfg.MaxBodyBytes, drainBytes))
+	s.requestLog(r.Context()).Debug("dropped the rest of a refused body", "bytes", n, "err", err)
 }
 
 // errClientGone says the client went away mid-answer.
@@ -331,6 +439,13 @@ func (e *bodyError) Unwrap() error { return e.cause }
 // deadline, set through http.ResponseController and lifted once the body is
 // in, so it bounds a client that trickles its body and nothing after it.
 func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func(io.Reader, int64) (T, error)) (T, error) {
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		// Refused before a byte of it is read (the handler drains it).
+		var zero T
+		e := openai.RequestTooLarge(s.cfg.MaxBodyBytes)
+		e.Detail.Message = fmt.Sprintf("the request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, s.cfg.MaxBodyBytes)
+		return zero, e
+	}
 	rc := http.NewResponseController(w)
 	if s.cfg.BodyTimeout > 0 {
 		if err := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)); err != nil {
@@ -338,7 +453,7 @@ func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, decode
 			return zero, fmt.Errorf("setting the body deadline: %w", err)
 		}
 	}
-	req, err := decode(&bodyReader{s: s, r: r}, s.cfg.MaxBodyBytes)
+	req, err := decode(&bodyReader{s: s, r: r, ex: exchangeOf(r.Context())}, s.cfg.MaxBodyBytes)
 	var bodyErr *bodyError
 	if s.cfg.BodyTimeout > 0 && !errors.As(err, &bodyErr) {
 		// On a failed read the deadline stays: what net/http reads of the
@@ -350,14 +465,18 @@ func decodeBody[T any](s *Server, w http.ResponseWriter, r *http.Request, decode
 
 // bodyReader is r's body, its read errors turned into *bodyError.
 type bodyReader struct {
-	s *Server
-	r *http.Request
-	n int // bytes read so far
+	s  *Server
+	r  *http.Request
+	ex *exchange
+	n  int // bytes read so far
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.r.Body.Read(p)
 	b.n += n
+	if err == io.EOF {
+		b.ex.bodyRead = true
+	}
 	if err != nil && err != io.EOF {
 		return n, &bodyError{resp: b.s.bodyFailure(b.r, b.n, err), cause: err}
 	}
@@ -403,11 +522,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkMaxTokens("max_completion_tokens", req.MaxCompletionTokens); err != nil {
 		return err
 	}
-	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Chat: req})
+	o := stageRequest(r.Context())
+	o.Chat = req
+	return s.serve(w, r, o)
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
-	req, err := decodeBody(s, w, r, openai.DecodeCompletionRequest)
+	req, err := decodeBody(s, w, r, func(body io.Reader, limit int64) (*openai.CompletionRequest, error) {
+		return openai.DecodeCompletionRequestWithin(body, limit, s.cfg.MaxModelLen)
+	})
 	if err != nil {
 		return err
 	}
@@ -420,7 +543,21 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkMaxTokens("max_tokens", req.MaxTokens); err != nil {
 		return err
 	}
-	return s.serve(w, r, &orchestrator.Request{ID: RequestID(r.Context()), Completion: req})
+	o := stageRequest(r.Context())
+	o.Completion = req
+	return s.serve(w, r, o)
+}
+
+// stageRequest is the orchestrator's request for the request of ctx. Its
+// legs carry the internal id, unique even when clients reuse theirs; its
+// answer and every chunk of it is named after the client's id
+// ("chatcmpl-" + X-Request-Id), as vLLM names an answer after the
+// X-Request-Id it was given (vllm/entrypoints/openai/serving_chat.py at
+// 99c5632f: "chatcmpl-" + _base_request_id, which is the header's value
+// when there is one).
+func stageRequest(ctx context.Context) *orchestrator.Request {
+	ex := exchangeOf(ctx)
+	return &orchestrator.Request{ID: ex.id, PublicID: ex.clientID}
 }
 
 // checkClientFields refuses the fields only omnipd may put on a stage leg.
@@ -485,11 +622,11 @@ func (s *Server) checkModel(model string) error {
 // MaxConcurrent places: taken here, once the request is read and checked,
 // so that clients still sending their bodies hold none.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator.Request) error {
-	if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
-		s.inflight.Add(-1)
-		return openai.RateLimited("omnipd is at its limit of concurrent requests; retry shortly")
+	if err := s.takePlace(); err != nil {
+		return err
 	}
 	defer s.inflight.Add(-1)
+	ex := exchangeOf(r.Context())
 	start := time.Now()
 	res, err := s.cfg.Orchestrator.Do(r.Context(), req)
 	if err != nil {
@@ -506,20 +643,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 		return nil
 	}
 	sse := openai.NewSSEWriter(w)
-	events := 0
-	var first time.Duration
+	ex.streamed = true
 	defer func() {
-		if events > 0 {
-			s.cfg.Metrics.RecordStreamTiming(first, events, time.Since(start))
+		if ex.events > 0 {
+			s.cfg.Metrics.RecordStreamTiming(ex.firstEvent, ex.events, time.Since(start))
 		}
 	}()
 	for {
 		ev, err := res.Next()
 		if err == nil {
-			if events == 0 {
-				first = time.Since(start)
+			if ex.events == 0 {
+				ex.firstEvent = time.Since(start)
 			}
-			events++
+			ex.events++
 		}
 		if err != nil {
 			var ue *stageclient.UpstreamError
@@ -543,12 +679,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			case errors.As(err, &oe):
 				// A failure the orchestrator classified mid-stream (a stage
 				// that went quiet): its status and code, as an event.
-				s.log.Error("stream failed", "request_id", req.ID, "err", err)
+				s.requestLog(r.Context()).Error("stream failed", "err", err)
 				_ = sse.WriteEvent(oe.Response())
 			case r.Context().Err() != nil:
 				return r.Context().Err()
 			default:
-				s.log.Error("decode stream failed", "request_id", req.ID, "err", err)
+				s.requestLog(r.Context()).Error("decode stream failed", "err", err)
 				_ = sse.WriteEvent(openai.Upstream(http.StatusBadGateway, "decode_stream_failed", "the decode stage's stream broke off"))
 			}
 			return sse.WriteDone()
@@ -570,12 +706,75 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 	}
 }
 
+// takePlace takes one of the MaxConcurrent places, or refuses with 429.
+// The caller gives it back with s.inflight.Add(-1).
+func (s *Server) takePlace() error {
+	if n := s.inflight.Add(1); n > int64(s.cfg.MaxConcurrent) {
+		s.inflight.Add(-1)
+		return openai.RateLimited("omnipd is at its limit of concurrent requests; retry shortly")
+	}
+	return nil
+}
+
+// models is vLLM's model list: the served model, with its root (what it
+// serves, here the served name itself), no parent (it is no adapter), the
+// Thinker's max_model_len (null when unknown) and vLLM's one permission.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	name := s.cfg.ModelName
+	card := openai.ModelCard{
+		ID: name, Object: "model", Created: s.created, OwnedBy: "omnipd", Root: &name,
+		Permission: []openai.ModelPermission{openai.NewModelPermission(time.Now().Unix())},
+	}
+	if n := s.cfg.MaxModelLen; n > 0 {
+		card.MaxModelLen = &n
+	}
+	writeJSON(w, openai.ModelList{Object: "list", Data: []openai.ModelCard{card}})
+}
+
+// version is vLLM's GET /version, with omnipd's version.
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, openai.VersionResponse{Version: s.cfg.Version})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"object": "list",
-		"data":   []map[string]any{{"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "omnipd"}},
-	})
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// tokenizer serves vLLM's /tokenize or /detokenize (path) by passing the
+// request, checked to be a JSON object naming the served model (or none),
+// to a Thinker instance: the shapes are the Thinker's own, vLLM's
+// TokenizeRequest and DetokenizeRequest. It takes a place like any
+// request.
+func (s *Server) tokenizer(tok Tokenizer, path string) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		body, err := decodeBody(s, w, r, openai.ReadObject)
+		if err != nil {
+			return err
+		}
+		if model, _ := openai.MemberValue(body, "model"); model != nil {
+			name, ok := model.(string)
+			if !ok {
+				return openai.InvalidRequest("model", "expected a string")
+			}
+			if err := s.checkModel(name); err != nil {
+				return err
+			}
+		}
+		if err := s.takePlace(); err != nil {
+			return err
+		}
+		defer s.inflight.Add(-1)
+		out, err := tok.Tokenize(r.Context(), path, RequestID(r.Context()), body)
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if _, err := w.Write(out); err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		return nil
+	}
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -583,7 +782,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			s.log.Info("not ready", "request_id", RequestID(r.Context()), "err", err)
+			s.requestLog(r.Context()).Info("not ready", "err", err)
 			_ = openai.WriteError(w, openai.Unavailable("not ready: "+err.Error()))
 			return
 		}
@@ -592,26 +791,3 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
-
-// statusWriter remembers the status written, for the request metric, and
-// passes flushes on (SSE needs them).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool // the status has gone out
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer's Flush.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -46,7 +46,10 @@ type Config struct {
 	// MaxModelLen bounds prompt plus output tokens (vLLM's --max-model-len;
 	// default and ceiling: the model's max_position_embeddings).
 	MaxModelLen int
-	// MaxBodyBytes bounds request bodies (default 16 MiB).
+	// MaxBodyBytes bounds request bodies (default: openai.MaxBodyBytes of
+	// Media's item size and per-prompt limits, so that every prompt they
+	// allow fits). omnipd serve gives the workers it starts
+	// openai.MaxLegBodyBytes of its own cap, room for every leg it sends.
 	MaxBodyBytes int64
 	// TTSTokenIDs are the pad, bos and eos tokens whose embeddings a
 	// conditioning stash carries (Qwen3-Omni's <tts_pad> 151671,
@@ -100,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ModelName = "omnipd-reference"
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 16 << 20
+		cfg.MaxBodyBytes = openai.MaxBodyBytes(cfg.Media.Policy.MaxBytes, cfg.Media.Limits)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -60,6 +60,26 @@ func (m *mediaFlags) config() (worker.MediaConfig, error) {
 	return worker.MediaConfig{Policy: p, Limits: limits}, nil
 }
 
+// maxBodyMBUsage is the help of serve's and worker's
+// --max-request-body-size-mb (llm-d's inference simulator's name for it).
+const maxBodyMBUsage = "largest request body, in MiB (0: sized from --media-max-item-mb and --limit-mm-per-prompt, so that every prompt they allow fits: docs/security.md)"
+
+// maxBodyBytes is the request body cap: mb MiB when set, else room for
+// every prompt the media flags allow (openai.MaxBodyBytes).
+func (m *mediaFlags) maxBodyBytes(mb int) (int64, error) {
+	switch {
+	case mb < 0:
+		return 0, fmt.Errorf("--max-request-body-size-mb %d: want a size in MiB, or 0 to size it from the media limits", mb)
+	case mb > 0:
+		return int64(mb) << 20, nil
+	}
+	limits, err := openai.ParseMediaLimits(m.limitPerPrompt)
+	if err != nil {
+		return 0, fmt.Errorf("--limit-mm-per-prompt: %w", err)
+	}
+	return openai.MaxBodyBytes(int64(m.maxItemMB)<<20, limits), nil // 0 MiB: vLLM's default
+}
+
 // args are the flags that give a started worker the same media config.
 func (m *mediaFlags) args() []string {
 	var a []string

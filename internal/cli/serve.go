@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -19,9 +21,11 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
@@ -44,7 +48,7 @@ func newServeCmd() *cobra.Command {
 	)
 	var access accessOptions
 	cmd := &cobra.Command{
-		Use:   "serve [--config FILE] [--host H] [--port N] [--pd=false]",
+		Use:   "serve [CHECKPOINT_DIR | --config FILE] [--host H] [--port N] [--pd=false]",
 		Short: "Serve the OpenAI API over a prefill/decode topology",
 		Long: `serve starts omnipd's API server. Without --config it serves the embedded
 default: Qwen3-Omni's Thinker split into prefill and decode on reference
@@ -61,13 +65,37 @@ deployment secret; else 503 says which stage is not, and why.
 --port is bound before any worker starts, and a port written in the config
 (pd.kv_port, a stage's kv_port) must be free; ports nobody chose (each
 worker's, the embedded default's KV side channels) are picked free, so two
-serve on one host need only different --port values.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+serve on one host need only different --port values.
+
+serve CHECKPOINT_DIR serves a Hugging Face-format checkpoint on this host
+(config.json, *.safetensors, tokenizer.json of a Qwen3-architecture model):
+its Thinker alone, text only, on reference workers that load it (omnipd
+worker --model DIR), under the directory's name unless --served-model-name
+says another. serve downloads nothing: a model id of the Hugging Face Hub
+is served on GPUs by vllm serve engines, which omnipd plan --target vllm
+starts and serve --config then drives.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := flags.options()
 			opts.PD = pd && configPath != ""
 			opts.Colocated = !pd
-			doc, err := loadConfig(configPath, opts, cmd.ErrOrStderr())
+			var checkpoint string
+			var doc *deploy.Document
+			var err error
+			if len(args) == 1 {
+				if configPath != "" {
+					return fmt.Errorf("serve %s --config %s: give a checkpoint directory or a deploy config, not both", args[0], configPath)
+				}
+				if checkpoint, err = checkpointDir(args[0]); err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("served-model-name") {
+					modelName = args[0] // as vllm serve names a model after its --model
+				}
+				doc, err = loadCheckpointConfig(checkpoint, opts, cmd.ErrOrStderr())
+			} else {
+				doc, err = loadConfig(configPath, opts, cmd.ErrOrStderr())
+			}
 			if err != nil {
 				return err
 			}
@@ -76,6 +104,9 @@ serve on one host need only different --port values.`,
 			}
 			if _, err := access.media.config(); err != nil {
 				return err // before any worker starts
+			}
+			if _, err := access.media.maxBodyBytes(access.maxBodyMB); err != nil {
+				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if percent, set := serveGCPercent(os.Getenv("GOGC")); set {
@@ -87,7 +118,7 @@ serve on one host need only different --port values.`,
 			} else {
 				access.apiKey = os.Getenv("OMNIPD_API_KEY")
 			}
-			return serve(cmd.Context(), doc, serveOptions{access: access,
+			return serve(cmd.Context(), doc, serveOptions{access: access, checkpoint: checkpoint,
 				host: host, port: port, drain: drainTimeout, model: modelName, stageIdle: stageIdle,
 				out: cmd.OutOrStdout(), log: log, workerLog: cmd.ErrOrStderr(), simulate: cmd.Flag("simulate").Value.String(),
 				debugAddr: cmd.Flag("debug-addr").Value.String(),
@@ -113,8 +144,11 @@ serve on one host need only different --port values.`,
 }
 
 type serveOptions struct {
-	access         accessOptions
-	host, model    string
+	access      accessOptions
+	host, model string
+	// checkpoint, when set, is the checkpoint directory the reference
+	// Thinker workers load (serve DIR).
+	checkpoint     string
 	port           int
 	drain          time.Duration
 	stageIdle      time.Duration // 0: no idle timeout
@@ -139,6 +173,55 @@ func localWorkers(doc *deploy.Document) int {
 		}
 	}
 	return n
+}
+
+// checkpointDir checks serve's argument: a Hugging Face-format checkpoint
+// directory on this host, returned as an absolute path for the workers.
+// Anything else — a model id of the Hugging Face Hub above all, which
+// vllm serve takes in the same place — gets the commands that serve it.
+func checkpointDir(arg string) (string, error) {
+	fi, err := os.Stat(arg)
+	switch {
+	case err == nil && fi.IsDir():
+		if _, err := os.Stat(filepath.Join(arg, "config.json")); err != nil {
+			return "", fmt.Errorf("serve %s: not a Hugging Face checkpoint directory (no config.json); the reference workers load config.json, *.safetensors and tokenizer.json", arg)
+		}
+		return filepath.Abs(arg)
+	case err == nil:
+		return "", fmt.Errorf("serve %s: not a directory; serve takes a checkpoint directory (config.json, *.safetensors, tokenizer.json), or --config FILE for a deploy config", arg)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("serve %s: %w", arg, err)
+	}
+	return "", fmt.Errorf(`serve %[1]s: no such directory here, and omnipd serve downloads no model: it serves its built-in reference model (omnipd serve) or a Hugging Face checkpoint already on this host (omnipd serve DIR), on reference workers.
+To serve a model of the Hub on GPUs, run it on vllm serve engines and point serve at them:
+  omnipd plan --target vllm --model %[1]s --pd --connector NixlConnector --devices 0-3 THINKER.yaml > launch.sh
+  sh launch.sh &  # starts the engines and stays; writes omnipd-vllm.yaml and omnipd-secret
+  omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name %[1]s
+where THINKER.yaml is a thinker-only vllm-omni deploy config (pipeline: qwen3_omni_moe_thinker)`, arg)
+}
+
+// checkpointConfig is what serve DIR serves: the Thinker alone, split into
+// prefill and decode over the reference connector (--pd=false: colocated).
+// A checkpoint's Talker and Code2Wav are not the reference engine's, and
+// the reference ones read the reference Thinker's conditioning, so the
+// pipeline is the text one.
+const checkpointConfig = `pipeline: qwen3_omni_moe_thinker
+pd:
+  connector: ReferenceConnector
+stages:
+  - stage_id: 0
+`
+
+// loadCheckpointConfig loads checkpointConfig, printing its warnings.
+func loadCheckpointConfig(dir string, opts deploy.Options, stderr io.Writer) (*deploy.Document, error) {
+	doc, warnings, err := deploy.Load("<serve "+dir+">", []byte(checkpointConfig), opts)
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the Thinker-only topology for %s: %w", dir, err)
+	}
+	return doc, nil
 }
 
 // defaultServeGCPercent is the GOGC omnipd serve runs with unless the
@@ -182,6 +265,9 @@ func workerProcs(hostProcs, workers int, envSet bool) int {
 func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	simulateArg, err := simulateWorkerArg(o.simulate)
 	if err != nil {
+		return err
+	}
+	if o.access.maxBody, err = o.access.media.maxBodyBytes(o.access.maxBodyMB); err != nil {
 		return err
 	}
 	secret, err := deploymentSecret(doc, o.access.secretFile, o.log)
@@ -248,8 +334,15 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 					if o.access.maxModelLen > 0 {
 						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
 					}
+					if o.checkpoint != "" {
+						spec.Args = append(spec.Args, "--model", o.checkpoint)
+					}
+					// The client's model names the legs too: the worker must
+					// answer to the name serve answers to.
+					spec.Args = append(spec.Args, "--served-model-name", o.model)
 					spec.Args = append(spec.Args, kvCacheArgs(s)...)
 					spec.Args = append(spec.Args, o.access.media.args()...)
+					spec.Args = append(spec.Args, "--max-request-body-size-mb", strconv.FormatInt(legBodyMB(o.access.maxBody), 10))
 					if s.EC != nil {
 						// The encoder and the prefill of E/P/D.
 						if s.EC.Connector != worker.ReferenceECConnector {
@@ -298,7 +391,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 				continue
 			}
 			peer := thinkerPeer(s, r, url)
-			if r.Endpoint != "" && r.KVPort == 0 && peer.KVPort != 0 {
+			if r.Endpoint != "" && r.KVPort == 0 && peer.KVPort != 0 && listensOnKVPort(s) {
 				fmt.Fprintf(o.out, "stage %d (%s): %s names no KV port; using %s's default, %d (name it in the stage's kv_transfer_config to choose)\n", s.ID, pool.Name, url, s.KV.Connector, peer.KVPort)
 			}
 			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
@@ -355,10 +448,13 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}
 	o.access.warnExposure(o.host, o.log)
 	warnNotReady(ctx, &readiness, o.log)
+	maxModelLen := o.access.thinkerMaxModelLen(ctx, cfg.Decode, o.log)
+	fmt.Fprintf(o.out, "request bodies: up to %s (%s)\n", mib(o.access.maxBody), bodyCapWhy(o.access.maxBodyMB))
 	handler := server.New(server.Config{
 		APIKey: o.access.apiKey, AuthHealth: o.access.authHealth, AuthMetrics: o.access.authMetrics,
-		MaxConcurrent: o.access.maxConcurrent, MaxTokensLimit: o.access.tokensLimit(ctx, cfg.Decode, o.log),
-		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m,
+		MaxConcurrent: o.access.maxConcurrent, MaxTokensLimit: o.access.tokensLimit(maxModelLen),
+		MaxModelLen: maxModelLen, MaxBodyBytes: o.access.maxBody, WriteTimeout: noneIsNegative(o.access.writeTimeout),
+		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m, Version: buildinfo.Version(),
 		Ready: readiness.Check, BodyTimeout: noneIsNegative(o.access.bodyTimeout),
 	})
 	hc := server.HTTPConfig{
@@ -417,12 +513,30 @@ func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Pe
 		// both legs of a handoff to ranks when DP > 1.
 		DP: s.DataParallelSize,
 	}
-	if r.Endpoint != "" && p.KVPort == 0 && s.KV != nil {
+	if r.Endpoint != "" && p.KVPort == 0 && s.KV != nil && listensOnKVPort(s) {
 		// An engine omnipd did not start, whose config here names no port,
 		// listens on its own default: the handoff must name that, not 0.
 		p.KVPort, p.NotifyPort = kvconnector.EngineDefaultPorts(s.KV.Connector)
 	}
 	return p
+}
+
+// listensOnKVPort reports whether an engine of stage s listens on a side
+// channel port of its connector's (kvconnector.EngineDefaultPorts). Every
+// role of those connectors does but a Mooncake kv_consumer: only a
+// producer runs Mooncake's bootstrap server (MooncakeConnectorWorker starts
+// it "if not self.is_kv_consumer", vllm/distributed/kv_transfer/
+// kv_connector/v1/mooncake/mooncake_connector.py at 5c512330), and the
+// decode is told the prefill's.
+func listensOnKVPort(s *deploy.Stage) bool {
+	return s.KV == nil || s.KV.Connector != kvconnector.MooncakeConnector || s.KV.Role != "kv_consumer"
+}
+
+// legBodyMB is the body cap, in MiB rounded up, of the workers serve
+// starts for a client cap of clientMax bytes: room for any leg serve sends
+// for a body within it (openai.MaxLegBodyBytes).
+func legBodyMB(clientMax int64) int64 {
+	return (openai.MaxLegBodyBytes(clientMax) + 1<<20 - 1) >> 20
 }
 
 func kvHost(s *deploy.Stage) string {
@@ -532,7 +646,12 @@ type accessOptions struct {
 	maxTokensLimit          int
 	maxModelLen             int
 	maxStageQueue           int
-	media                   mediaFlags
+	writeTimeout            time.Duration
+	// maxBodyMB is --max-request-body-size-mb; maxBody the cap it
+	// resolves to, in bytes.
+	maxBodyMB int
+	maxBody   int64
+	media     mediaFlags
 }
 
 func (a *accessOptions) register(cmd *cobra.Command) {
@@ -551,18 +670,29 @@ func (a *accessOptions) register(cmd *cobra.Command) {
 	f.IntVar(&a.maxTokensLimit, "max-tokens-limit", 0, "largest max_tokens a request may ask for; more is 400 (0: the Thinker's max model length; negative: no limit of omnipd's own)")
 	f.IntVar(&a.maxModelLen, "max-model-len", 0, "the Thinker's context, prompt plus output, in tokens, for the reference workers omnipd starts (0: the model's)")
 	f.IntVar(&a.maxStageQueue, "max-stage-queue", 512, "requests omnipd may have queued or in flight on each stage instance; when every instance of a stage is full, 429 (0: no bound)")
+	f.DurationVar(&a.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long one write of an answer may wait on a client that reads nothing (nginx's send_timeout); then the client is dropped and its stage legs cancelled. Reset before every write, so it never cuts a stream being read (0: no bound)")
+	f.IntVar(&a.maxBodyMB, "max-request-body-size-mb", 0, maxBodyMBUsage)
 	a.media.register(cmd)
 }
 
 // tokensLimit resolves --max-tokens-limit: by default the Thinker's max
-// model length, as --max-model-len gives it or as the Thinker reports it on
-// /v1/models (vLLM and the reference worker both do).
-func (a *accessOptions) tokensLimit(ctx context.Context, thinker *orchestrator.Pool, log *slog.Logger) int {
+// model length, maxModelLen (0: unknown).
+func (a *accessOptions) tokensLimit(maxModelLen int) int {
 	switch {
 	case a.maxTokensLimit < 0:
 		return 0
 	case a.maxTokensLimit > 0:
 		return a.maxTokensLimit
+	}
+	return maxModelLen
+}
+
+// thinkerMaxModelLen is the Thinker's context, prompt plus output, in
+// tokens: --max-model-len, which serve gives the workers it starts, or what
+// the Thinker reports on /v1/models (vLLM and the reference worker both
+// do); 0 when neither says.
+func (a *accessOptions) thinkerMaxModelLen(ctx context.Context, thinker *orchestrator.Pool, log *slog.Logger) int {
+	switch {
 	case a.maxModelLen > 0:
 		return a.maxModelLen
 	case thinker == nil || len(thinker.Instances) == 0:
@@ -572,10 +702,23 @@ func (a *accessOptions) tokensLimit(ctx context.Context, thinker *orchestrator.P
 	defer cancel()
 	n, err := thinker.Instances[0].Client.MaxModelLen(ctx)
 	if err != nil || n <= 0 {
-		log.Warn("the Thinker's max model length is unknown, so max_tokens is bounded only by the engines; set --max-tokens-limit", "err", err)
+		log.Warn("the Thinker's max model length is unknown: /v1/models reports none, max_tokens is bounded only by the engines (set --max-tokens-limit), and token-id prompts are measured by the engines", "err", err)
 		return 0
 	}
 	return n
+}
+
+// mib words a byte count in MiB.
+func mib(n int64) string {
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
+// bodyCapWhy says where the body cap came from, for serve's start-up line.
+func bodyCapWhy(mb int) string {
+	if mb > 0 {
+		return "--max-request-body-size-mb"
+	}
+	return "room for every prompt --media-max-item-mb and --limit-mm-per-prompt allow; --max-request-body-size-mb to choose"
 }
 
 // warnExposure says so when the API can be reached from other hosts and

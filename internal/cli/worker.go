@@ -24,7 +24,7 @@ func newWorkerCmd() *cobra.Command {
 		ecfg                                                engine.Config
 	)
 	var simulateProfile string
-	var maxModelLen int
+	var maxModelLen, maxBodyMB int
 	var mediaOpts mediaFlags
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
@@ -89,6 +89,10 @@ context-length error.`,
 			if err != nil {
 				return err
 			}
+			maxBody, err := mediaOpts.maxBodyBytes(maxBodyMB)
+			if err != nil {
+				return err
+			}
 			ec, err := worker.ParseECTransferConfig(ecJSON)
 			if err != nil {
 				return err
@@ -120,7 +124,8 @@ context-length error.`,
 			go func() { eng.Run(ctx); close(engineDone) }()
 			defer func() { cancel(); <-engineDone }()
 
-			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen, Media: media, EC: ec, Logger: log})
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen,
+				MaxBodyBytes: maxBody, Media: media, EC: ec, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -139,6 +144,7 @@ context-length error.`,
 	f.StringVar(&ecJSON, "ec-transfer-config", "", `vLLM ECTransferConfig JSON (encoder disaggregation); ec_connector ReferenceECConnector: ec_role ec_producer encodes media items and keeps their outputs, ec_consumer (a prefill) fetches them instead of encoding`)
 	f.StringVar(&secret, "secret", "", "deployment secret every endpoint but /health and /metrics and the KV side channel require (default $OMNIPD_SECRET)")
 	f.IntVar(&maxModelLen, "max-model-len", 0, "longest prompt plus output, in tokens (0: the model's max_position_embeddings)")
+	f.IntVar(&maxBodyMB, "max-request-body-size-mb", 0, maxBodyMBUsage)
 	f.IntVar(&ecfg.BlockSize, "block-size", 16, "token positions per KV block")
 	f.IntVar(&ecfg.NumBlocks, "num-blocks", 4096, "KV cache size in blocks")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 64, "sequences computed in one step")

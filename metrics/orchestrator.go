@@ -33,6 +33,7 @@ type Orchestrator struct {
 	replans         prometheus.Counter
 	releasesPending prometheus.Gauge
 	releasesDropped *prometheus.CounterVec
+	writeTimeouts   prometheus.Counter
 }
 
 // StatusClientClosedRequest is the status omnipd_requests_total counts a
@@ -96,9 +97,12 @@ func NewOrchestrator() *Orchestrator {
 		releasesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "omnipd_releases_dropped_total", Help: "Background release calls not made because their queue was full, by kind (kv, conditioning, encoder, claim); what they would have freed is freed by its lease or TTL.",
 		}, []string{"kind"}),
+		writeTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "omnipd_client_write_timeouts_total", Help: "Requests dropped because their client read nothing of the answer for --write-timeout; also counted in omnipd_requests_total as 499.",
+		}),
 	}
 	reg.MustRegister(m.requests, m.ttft, m.tpot, m.e2e, m.handoff, m.retries, m.fallbacks, m.decodeOnly, m.inflight, m.queueFull, m.connsOpen, m.refused, m.handoffWithout,
-		m.refusedRetries, m.replans, m.releasesPending, m.releasesDropped)
+		m.refusedRetries, m.replans, m.releasesPending, m.releasesDropped, m.writeTimeouts)
 	return m
 }
 
@@ -227,5 +231,13 @@ func (m *Orchestrator) AddReleasesPending(delta int) {
 func (m *Orchestrator) RecordReleaseDropped(kind string) {
 	if m != nil {
 		m.releasesDropped.WithLabelValues(kind).Inc()
+	}
+}
+
+// RecordClientWriteTimeout counts a request dropped because its client
+// stopped reading its answer.
+func (m *Orchestrator) RecordClientWriteTimeout() {
+	if m != nil {
+		m.writeTimeouts.Inc()
 	}
 }

@@ -594,6 +594,9 @@ func TestClientThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatal("the stage leg of a client that stopped reading was never cancelled")
 	}
 	waitFor(t, "the dropped stream to be counted", func() bool { return requestCount(t, m, "colocated", "499") == "1" })
+	if !regexp.MustCompile(`(?m)^omnipd_client_write_timeouts_total 1$`).MatchString(scrape(t, m)) {
+		t.Errorf("the dropped client is not counted in omnipd_client_write_timeouts_total")
+	}
 	// Its place (of one) is free again.
 	ctx, cancel := context.WithTimeout(t.Context(), ioGuard)
 	defer cancel()

@@ -343,6 +343,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 			// Before the context, which net/http cancels once the
 			// connection breaks: this client stopped reading.
 			ex.cancelled = true
+			s.cfg.Metrics.RecordClientWriteTimeout()
 			log.Info("client stopped reading its answer; dropped after the write timeout", "write_timeout", s.cfg.WriteTimeout, "err", err)
 			return
 		case r.Context().Err() != nil:

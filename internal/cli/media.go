@@ -54,8 +54,21 @@ func (m *mediaFlags) config() (worker.MediaConfig, error) {
 		}
 		p.AllowedDomains = append(p.AllowedDomains, d)
 	}
+	// Each flag's value checked on its own, so that the error names the
+	// flag to fix.
+	for _, f := range []struct {
+		flag string
+		p    mediafetch.Policy
+	}{
+		{"--allowed-local-media-path", mediafetch.Policy{AllowedLocalPath: p.AllowedLocalPath}},
+		{"--allowed-media-domains", mediafetch.Policy{AllowedDomains: p.AllowedDomains}},
+	} {
+		if _, err := mediafetch.NewFetcher(f.p); err != nil {
+			return worker.MediaConfig{}, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
 	if _, err := mediafetch.NewFetcher(p); err != nil {
-		return worker.MediaConfig{}, err
+		return worker.MediaConfig{}, fmt.Errorf("media flags: %w", err)
 	}
 	return worker.MediaConfig{Policy: p, Limits: limits}, nil
 }

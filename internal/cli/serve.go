@@ -312,7 +312,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
 			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
 		}
-		pool := &orchestrator.Pool{Name: s.ModelStage, MaxQueue: o.access.maxStageQueue}
+		pool := &orchestrator.Pool{Name: s.ModelStage, MaxQueue: o.access.maxStageQueue, Logger: o.log}
 		if s.Role != topology.RoleFull {
 			pool.Name += "-" + s.Role.String()
 		}

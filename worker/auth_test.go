@@ -76,6 +76,7 @@ func TestThinkerWorkerRequiresSecret(t *testing.T) {
 		{"POST", "/v1/completions", `{"prompt":[1,2,3],"max_tokens":2,"kv_transfer_params":{"do_remote_decode":true},"omnipd_conditioning":{"key":"k2","layer":2}}`},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`},
 		{"POST", "/tokenize", `{"prompt":"hi"}`},
+		{"POST", "/detokenize", `{"tokens":[104,105]}`},
 		{"GET", "/v1/models", ""},
 		{"GET", stageconn.Path + "victim", ""},
 		{"DELETE", stageconn.Path + "victim", ""},
@@ -102,7 +103,7 @@ func TestThinkerWorkerRequiresSecret(t *testing.T) {
 	}
 
 	// The deployment itself gets through, the scheme in any case.
-	for _, ep := range endpoints[:4] {
+	for _, ep := range endpoints[:5] {
 		if status, _, b := call(t, ep.method, w.url+ep.path, "bearer "+testSecret, ep.body); status != 200 {
 			t.Errorf("%s %s with the secret: %d %s", ep.method, ep.path, status, b)
 		}

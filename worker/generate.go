@@ -50,7 +50,10 @@ type conditioningRequest struct {
 const defaultCompletionMaxTokens = 16
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) error {
-	req, err := openai.DecodeCompletionRequest(r.Body, s.cfg.MaxBodyBytes)
+	// A prompt of token ids that cannot fit the context is refused while
+	// its ids are counted in the body, before one is decoded (eight bytes
+	// an id), with the 400 fitsContext gives any prompt that does not fit.
+	req, err := openai.DecodeCompletionRequestWithin(r.Body, s.cfg.MaxBodyBytes, s.cfg.MaxModelLen)
 	if err != nil {
 		return err
 	}
@@ -123,7 +126,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	}
 	if media != nil {
 		if g.prompt, g.mm, err = s.media.multimodal(g.prompt, media); err != nil {
-			return openai.InvalidRequest("messages", err.Error())
+			return layoutFailure(err)
 		}
 		if len(g.prompt) > s.cfg.MaxModelLen-1 {
 			return s.promptTooLong(true, strconv.Itoa(len(g.prompt)))
@@ -138,6 +141,31 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.generate(w, r, g)
 }
+
+// layoutFailure is the answer to an error laying out a prompt's media
+// placeholders. The layout is omnipd's own: the chat template renders each
+// part the processors took, and no text can spell a placeholder token
+// (tokenizer.Encode splits special tokens). So an error is the server's, a
+// 500 whose cause only the log reads — unless it already carries the
+// client's answer, an error that names the client's part, which is answered
+// as it is.
+func layoutFailure(err error) error {
+	var resp *openai.ErrorResponse
+	if errors.As(err, &resp) {
+		return err
+	}
+	return &serverFault{resp: openai.InternalError("the server could not lay out this prompt's media placeholders; the fault is the server's, not the request's"), cause: err}
+}
+
+// serverFault is an error of the worker's own making. The client reads
+// resp, which says no more than that; the log reads Error, the cause.
+type serverFault struct {
+	resp  *openai.ErrorResponse
+	cause error
+}
+
+func (e *serverFault) Error() string   { return e.cause.Error() }
+func (e *serverFault) Unwrap() []error { return []error{e.resp, e.cause} }
 
 // common fills what both endpoints share: model check, sampling, streaming.
 func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int, stream *bool, opts *openai.StreamOptions, extra map[string]json.RawMessage, defaultMax int) error {

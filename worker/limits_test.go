@@ -95,3 +95,42 @@ func TestHugePromptRefusedWithoutTokenizingIt(t *testing.T) {
 		t.Errorf("refused prompts reached the engine: %+v", st)
 	}
 }
+
+// A prompt of token ids far past --max-model-len, sent to the worker
+// directly, is refused with vLLM's 400 before its ids are decoded: refusing
+// 15 MiB of ids costs no more than refusing a text prompt of the same size,
+// where decoding them would cost eight bytes an id.
+func TestTokenPromptPastTheContextIsRefusedUndecoded(t *testing.T) {
+	w := newPlainWorker(t, 64)
+	const ids = 15 << 20 / 2 // ids of one digit and a comma
+	tokens := `{"max_tokens":1,"prompt":[` + strings.Repeat("1,", ids-1) + `1]}`
+	text := `{"max_tokens":1,"prompt":"` + strings.Repeat("a", len(tokens)-len(`{"max_tokens":1,"prompt":""}`)) + `"}`
+	refuse := func(body string) (allocated uint64, status int, answer string) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		status, _, answer = call(t, "POST", w.url+"/v1/completions", "", body)
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc, status, answer
+	}
+	// The yardstick: the body read and one copy of its text.
+	yardstick, status, b := refuse(text)
+	if status != 400 {
+		t.Fatalf("a text prompt of %d bytes: %d %.300s, want 400", len(text), status, b)
+	}
+	alloc, status, b := refuse(tokens)
+	var e struct {
+		Error struct{ Message, Code, Param string } `json:"error"`
+	}
+	want := fmt.Sprintf("This model's maximum context length is 64 tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", ids)
+	if status != 400 || json.Unmarshal([]byte(b), &e) != nil || e.Error.Code != CodeContextLengthExceeded || e.Error.Param != "prompt" || e.Error.Message != want {
+		t.Errorf("a prompt of %d ids: %d %.300s; want 400 %s on prompt, %q", ids, status, b, CodeContextLengthExceeded, want)
+	}
+	t.Logf("refusing %d MiB of token ids allocated %d MiB; a text prompt of that size, %d MiB", len(tokens)>>20, alloc>>20, yardstick>>20)
+	if alloc > yardstick {
+		t.Errorf("refusing %d MiB of token ids allocated %d MiB, more than refusing a text prompt of that size (%d MiB)", len(tokens)>>20, alloc>>20, yardstick>>20)
+	}
+	if st := w.eng.Stats(); st.PromptTokensComputed != 0 {
+		t.Errorf("refused prompts reached the engine: %+v", st)
+	}
+}

@@ -113,7 +113,7 @@ func TestMediaErrorsSpeakToTheClient(t *testing.T) {
 		{"a WAV declared MP3", open, audio(wavBytes(0.1), "mp3"), ".input_audio", "declared MP3, but the data is WAV", "", ""},
 		{"bytes that are no MP3", open, audio([]byte("no frame sync in here at all"), "mp3"), ".input_audio", "not an MP3 file: no MPEG audio frame found", "", ""},
 		{"bad base64", open, `{"type":"input_audio","input_audio":{"data":"@@@@","format":"wav"}}`, ".input_audio", "the data is not valid base64 (at byte 0)", "illegal base64 data", ""},
-		{"audio too long", open, audio(longWAV(601), "wav"), ".input_audio", "the audio lasts 601 s, over the limit of 600 s", "", ""},
+		{"audio too long", open, audio(longWAV(301), "wav"), ".input_audio", "the audio lasts 301 s, over the limit of 300 s", "", ""},
 		{"empty audio", open, audio(wavBytes(0), "wav"), ".input_audio", "the audio is empty", "", ""},
 		{"an audio_url of no audio", open, dataURL("audio_url", "audio/ogg", []byte("OggS\x00\x02 not decodable")), ".audio_url", "not audio of a supported format; send WAV or MP3", "", ""},
 

@@ -51,6 +51,15 @@ type media struct {
 	vision  *encoder.VisionEncoder
 	tokens  mmproc.Tokens
 	metrics *metrics.Worker
+	// audioLimits bound every audio the worker decodes, a clip or a video's
+	// own audio, to what its audio encoder takes; imageCfg and videoCfg
+	// bound every image and video to what its vision encoder takes.
+	audioLimits audioproc.Limits
+	imageCfg    visionproc.Config
+	videoCfg    visionproc.VideoConfig
+	// layout expands a prompt's placeholders and computes its positions
+	// (mmproc.Prepare); tests stand in a layout that fails.
+	layout func(prompt []int, items []mmproc.Item, opts mmproc.Options) (mmproc.Prepared, error)
 }
 
 func newMedia(cfg MediaConfig, tok *tokenizer.Tokenizer, hidden int, m *metrics.Worker) (*media, error) {
@@ -61,22 +70,48 @@ func newMedia(cfg MediaConfig, tok *tokenizer.Tokenizer, hidden int, m *metrics.
 	if err != nil {
 		return nil, fmt.Errorf("worker: media policy: %w", err)
 	}
-	audio, err := encoder.NewAudioEncoder(encoder.DefaultAudioConfig(hidden), audioEncoderSeed)
+	audioCfg := encoder.DefaultAudioConfig(hidden)
+	audio, err := encoder.NewAudioEncoder(audioCfg, audioEncoderSeed)
 	if err != nil {
 		return nil, fmt.Errorf("worker: audio encoder: %w", err)
 	}
-	vision, err := encoder.NewVisionEncoder(encoder.DefaultVisionConfig(hidden), visionEncoderSeed)
+	visionCfg := encoder.DefaultVisionConfig(hidden)
+	vision, err := encoder.NewVisionEncoder(visionCfg, visionEncoderSeed)
 	if err != nil {
 		return nil, fmt.Errorf("worker: vision encoder: %w", err)
 	}
-	md := &media{cfg: cfg, fetch: fetch, audio: audio, vision: vision, metrics: m, device: make(chan struct{}, 1)}
+	// A clip longer than the audio encoder takes (its MaxFrames), or an
+	// image or video of more patches than the vision encoder takes, is the
+	// client's input: refused as the part's 400 — a clip from its header,
+	// before a sample is decoded; an image or video before it is resized —
+	// not as the encoder's error, a 500 that under PD fails the prefill and
+	// is retried. vLLM, too, refuses before encoding a media item larger
+	// than its encoder takes (one that outgrows its encoder cache:
+	// VLLMValidationError, a 400, in InputProcessor._validate_model_input,
+	// vllm/v1/engine/input_processor.py at 009daaee), and Qwen3-Omni's
+	// processor never cuts a clip short (truncation=False,
+	// docs/multimodal/audio.md). The duration refuses exactly the clips of
+	// more frames (audioproc.FramesDuration).
+	md := &media{cfg: cfg, fetch: fetch, audio: audio, vision: vision, metrics: m, device: make(chan struct{}, 1), layout: mmproc.Prepare,
+		audioLimits: audioproc.Limits{MaxDuration: audioproc.FramesDuration(audioCfg.MaxFrames)},
+		imageCfg:    visionproc.DefaultImageConfig(),
+		videoCfg:    visionproc.DefaultVideoConfig(),
+	}
+	md.imageCfg.MaxPatches = min(md.imageCfg.MaxPatches, visionCfg.MaxPatches)
+	md.videoCfg.MaxPatches = min(md.videoCfg.MaxPatches, visionCfg.MaxPatches)
 	// A tokenizer without the markers (a checkpoint's own, text-only) takes
-	// no media: tokens stays invalid and prepare refuses media parts.
+	// no media: tokens stays invalid and prepare refuses media parts. One
+	// whose marker is no special token is refused: text would spell it
+	// (Encode matches ordinary added tokens), forging placeholders that
+	// only the worker's own layout may place.
 	ids := make([]int, 7)
 	for i, name := range []string{tokenizer.AudioStart, tokenizer.AudioEnd, tokenizer.AudioPad, tokenizer.VisionStart, tokenizer.VisionEnd, tokenizer.ImagePad, tokenizer.VideoPad} {
 		id, ok := tok.TokenID(name)
 		if !ok {
 			return md, nil
+		}
+		if !tok.IsSpecial(id) {
+			return nil, fmt.Errorf("worker: the tokenizer's %s (id %d) is no special token, so text could spell a media placeholder; mark it special in tokenizer.json", name, id)
 		}
 		ids[i] = id
 	}
@@ -288,21 +323,21 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 	mi := mediaItem{path: it.Path}
 	switch it.Kind {
 	case openai.MediaAudio:
-		samples, err := decodeAudio(data, it.Format)
+		samples, err := decodeAudio(data, it.Format, md.audioLimits)
 		if err != nil {
 			return mi, err
 		}
 		mi.mel = samples
 		mi.item = mmproc.NewAudio(audioproc.FrameCount(len(samples)))
 	case openai.MediaImage:
-		p, _, err := visionproc.ProcessImageBytes(data, visionproc.DefaultImageLimits(), visionproc.DefaultImageConfig())
+		p, _, err := visionproc.ProcessImageBytes(data, visionproc.DefaultImageLimits(), md.imageCfg)
 		if err != nil {
 			return mi, err
 		}
 		mi.patches = p
 		mi.item = mmproc.NewImage(mmproc.Grid{T: p.Grid.T, H: p.Grid.H, W: p.Grid.W})
 	case openai.MediaVideo:
-		v, err := visionproc.ProcessVideo(data, visionproc.DefaultContainerLimits(), visionproc.DefaultVideoConfig())
+		v, err := visionproc.ProcessVideo(data, visionproc.DefaultContainerLimits(), md.videoCfg)
 		if err != nil {
 			return mi, err
 		}
@@ -313,7 +348,7 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 			if v.Audio == nil {
 				return mi, inputProblem("mm_processor_kwargs.use_audio_in_video is set, but the video has no audio track")
 			}
-			samples, err := decodeVideoAudio(v.Audio)
+			samples, err := decodeVideoAudio(v.Audio, md.audioLimits)
 			if err != nil {
 				return mi, within{"its audio track", err}
 			}
@@ -328,22 +363,22 @@ func (md *media) process(it openai.MediaItem, data []byte, useAudioInVideo bool)
 
 // decodeAudio decodes an audio file to what the feature extractor reads:
 // 16 kHz mono, padded with zeros to a whole hop, as vLLM pads every audio
-// before Qwen3-Omni's processor (docs/multimodal/audio.md). An audio_url
-// declares no format: its bytes tell.
-func decodeAudio(data []byte, format string) ([]float32, error) {
+// before Qwen3-Omni's processor (docs/multimodal/audio.md), within limits.
+// An audio_url declares no format: its bytes tell.
+func decodeAudio(data []byte, format string, limits audioproc.Limits) ([]float32, error) {
 	if format == "" {
 		if format = string(audioproc.Sniff(data)); format == "" {
 			return nil, inputProblem("not audio of a supported format; send WAV or MP3")
 		}
 	}
-	a, err := audioproc.Decode(data, format, audioproc.Limits{})
+	a, err := audioproc.Decode(data, format, limits)
 	if err != nil {
 		return nil, err
 	}
 	return monoPadded(a)
 }
 
-func decodeVideoAudio(p *visionproc.PCMAudio) ([]float32, error) {
+func decodeVideoAudio(p *visionproc.PCMAudio, limits audioproc.Limits) ([]float32, error) {
 	if p.BitsPerSample != 16 || p.Float {
 		kind := "integer"
 		if p.Float {
@@ -351,7 +386,7 @@ func decodeVideoAudio(p *visionproc.PCMAudio) ([]float32, error) {
 		}
 		return nil, inputProblem(fmt.Sprintf("%d-bit %s PCM is not supported; send 16-bit PCM (ffmpeg -c:a pcm_s16le)", p.BitsPerSample, kind))
 	}
-	a, err := audioproc.DecodePCM16LE(p.Data, p.SampleRate, p.Channels, audioproc.Limits{})
+	a, err := audioproc.DecodePCM16LE(p.Data, p.SampleRate, p.Channels, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +413,7 @@ func (md *media) multimodal(prompt []int, rm *requestMedia) ([]int, *engine.Mult
 		items[i] = mi.item
 	}
 	opts := md.options(rm.useAudioInVideo)
-	p, err := mmproc.Prepare(prompt, items, opts)
+	p, err := md.layout(prompt, items, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("laying out the media placeholders: %w", err)
 	}

@@ -1,6 +1,7 @@
 // Package worker serves one reference engine as a stage worker, speaking
 // vLLM's OpenAI-compatible API — /v1/completions, /v1/chat/completions
-// (streaming and not), /v1/models, /health, /metrics — with
+// (streaming and not), /v1/models, /tokenize, /detokenize, /health,
+// /metrics — with
 // kv_transfer_params handled by omnipd's reference KV connector, so that the
 // orchestrator drives a reference worker exactly as it drives vllm serve.
 // It also serves the omni stage API (the Talker and Code2Wav stages).
@@ -133,6 +134,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = metrics.NewWorker(cfg.ModelName, engineLoad{cfg.Engine}, leases)
 	if s.media, err = newMedia(cfg.Media, cfg.Engine.Tokenizer(), cfg.Engine.Model().Config.HiddenSize, s.metrics); err != nil {
+		// The side channel is listening by now: a refusal leaves nothing running.
+		kv.close(cfg.Logger)
 		return nil, err
 	}
 	s.client = &http.Client{Timeout: 60 * time.Second} // the default transport, as the Talker's
@@ -147,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
 	s.mux.HandleFunc("POST /tokenize", s.handle(s.tokenize))
+	s.mux.HandleFunc("POST /detokenize", s.handle(s.detokenize))
 	s.mux.HandleFunc(kvReleaseRoute, s.handle(s.releaseKV))
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
@@ -171,13 +175,17 @@ func (s *Server) KVStats() (leasedBlocks int, expired uint64) {
 	return s.kv.LeasedBlocks(), s.kv.ExpiredLeases()
 }
 
-// Close stops the side channel, freeing every leased block. The engine is
-// the caller's to stop.
+// Close stops the side channel, freeing every leased block, and an encoder
+// worker's cache, freeing its outputs and stopping their expiry timer. The
+// engine is the caller's to stop.
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
 	s.kv.close(s.log)
+	if s.encoded != nil {
+		s.encoded.Close()
+	}
 }
 
 type engineLoad struct{ e *engine.Engine }
@@ -230,7 +238,7 @@ func (s *Server) fitsContext(chat bool, prompt, maxTokens int) error {
 	case prompt+maxTokens > limit:
 		// vLLM's wording (vllm/entrypoints/openai/serving_engine.py,
 		// OpenAIServing._validate_input).
-		return contextError(chat, fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+		return contextError(promptParam(chat), fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
 			maxTokens, limit, prompt, maxTokens, limit, prompt))
 	}
 	return nil
@@ -242,7 +250,12 @@ func (s *Server) fitsContext(chat bool, prompt, maxTokens int) error {
 // tokenizing stopped past the limit, as vLLM's renderer words its own
 // truncated count (vllm/renderers/params.py).
 func (s *Server) promptTooLong(chat bool, tokens string) error {
-	return contextError(chat, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %s input tokens. Please reduce the length of the input messages.",
+	return s.tooLong(promptParam(chat), tokens)
+}
+
+// tooLong is promptTooLong about param.
+func (s *Server) tooLong(param, tokens string) error {
+	return contextError(param, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %s input tokens. Please reduce the length of the input messages.",
 		s.cfg.MaxModelLen, tokens))
 }
 
@@ -265,11 +278,16 @@ func (s *Server) promptTokens(chat bool, text string, msgs []tokenizer.Message, 
 	return ids, nil
 }
 
-func contextError(chat bool, msg string) error {
-	param := "prompt"
+// promptParam is the parameter that holds the prompt of a chat or a
+// completions request.
+func promptParam(chat bool) string {
 	if chat {
-		param = "messages"
+		return "messages"
 	}
+	return "prompt"
+}
+
+func contextError(param, msg string) error {
 	e := openai.InvalidRequest(param, msg)
 	code := CodeContextLengthExceeded
 	e.Detail.Code = &code
@@ -277,8 +295,8 @@ func contextError(chat bool, msg string) error {
 }
 
 // CodeContextLengthExceeded is the error code of a request that does not fit
-// the model's context, as OpenAI names it.
-const CodeContextLengthExceeded = "context_length_exceeded"
+// the model's context, as OpenAI names it: the one openai.PromptTooLong sets.
+const CodeContextLengthExceeded = openai.CodeContextLengthExceeded
 
 type requestIDKey struct{}
 
@@ -337,18 +355,16 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 	}
 }
 
+// models is vLLM's model list (openai.ModelCard): the served model, its
+// root (the served name itself, as omnipd serve lists it), no parent (it
+// is no adapter), the worker's max_model_len — which omnipd serve reads
+// when it is not told one — and vLLM's one permission.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id":            s.cfg.ModelName,
-			"object":        "model",
-			"created":       s.created,
-			"owned_by":      "omnipd",
-			"root":          s.cfg.ModelName,
-			"max_model_len": s.cfg.MaxModelLen,
-		}},
-	})
+	name, n := s.cfg.ModelName, s.cfg.MaxModelLen
+	writeJSON(w, http.StatusOK, openai.ModelList{Object: "list", Data: []openai.ModelCard{{
+		ID: name, Object: "model", Created: s.created, OwnedBy: "omnipd", Root: &name, MaxModelLen: &n,
+		Permission: []openai.ModelPermission{openai.NewModelPermission(time.Now().Unix())},
+	}}})
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -82,8 +82,8 @@ func (l Limits) check(frames int64, channels, rate int) error {
 	nanos := int64(l.MaxDuration % time.Second)
 	maxFrames := secs*int64(rate) + nanos*int64(rate)/int64(time.Second)
 	if frames > maxFrames {
-		return badAudio(ErrLimitExceeded, "the audio lasts %s, over the limit of %s",
-			seconds(float64(frames)/float64(rate)), seconds(l.MaxDuration.Seconds()))
+		length, limit := secondsOver(float64(frames)/float64(rate), l.MaxDuration.Seconds())
+		return badAudio(ErrLimitExceeded, "the audio lasts %s, over the limit of %s", length, limit)
 	}
 	return nil
 }
@@ -183,8 +183,25 @@ func formatName(f Format) string {
 
 // seconds writes a length of time the way a person reads one: "9.5 s",
 // "10 s".
-func seconds(s float64) string {
-	return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
+func seconds(s float64) string { return secondsAt(s, 1) }
+
+// secondsAt words s seconds rounded to digits decimals.
+func secondsAt(s float64, digits int) string {
+	scale := math.Pow(10, float64(digits))
+	return strconv.FormatFloat(math.Round(s*scale)/scale, 'f', -1, 64) + " s"
+}
+
+// secondsOver words a length over a limit: at one decimal, or with as many
+// more as it takes not to read as the limit itself (a clip one sample over
+// 300 s lasts 300.0001 s, not 300 s).
+func secondsOver(length, limit float64) (string, string) {
+	lim := seconds(limit)
+	for digits := 1; digits <= 9; digits++ {
+		if l := secondsAt(length, digits); l != lim {
+			return l, lim
+		}
+	}
+	return strconv.FormatFloat(length, 'f', -1, 64) + " s", lim
 }
 
 func checkShape(sampleRate, channels int) error {

@@ -2,6 +2,7 @@ package audioproc
 
 import (
 	"math"
+	"time"
 )
 
 // Qwen3-Omni's feature extractor settings (preprocessor_config.json) and the
@@ -48,6 +49,18 @@ func FrameCount(numSamples int) int {
 		return 0
 	}
 	return numSamples / HopLength
+}
+
+// FramesDuration is the length of audio that frames feature frames span,
+// frames·HopLength/SampleRate (10 ms a frame). As Limits.MaxDuration it
+// refuses exactly the audio that would give more than frames frames: audio
+// of n samples at any rate r within that duration resamples to at most
+// frames·HopLength samples at SampleRate (ResampledLength rounds up, and
+// frames·HopLength is a whole number of hops, which PadToHop leaves as it
+// is), and audio one sample longer resamples to at least one sample more,
+// which PadToHop pads to one frame more.
+func FramesDuration(frames int) time.Duration {
+	return time.Duration(frames) * HopLength * time.Second / SampleRate
 }
 
 // PadToHop returns samples followed by zeros up to the next multiple of

@@ -7,9 +7,10 @@ import (
 	"github.com/omnipd/omnipd/internal/testbed"
 )
 
-// cancelLease is far longer than any of these tests may take: only an
-// explicit release can free the KV in time, never the lease running out.
-const cancelLease = 60
+// cancelLease is far longer than any of these tests may wait (waitWithin):
+// only an explicit release can free the KV in time, never the lease
+// running out.
+const cancelLease = 600
 
 func leasedBlocks(w *testbed.Worker) int {
 	n, _ := w.Server.KVStats()

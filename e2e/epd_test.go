@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/omnipd/omnipd/internal/testbed"
 )
@@ -62,15 +61,13 @@ func mediaChat(i int, stream bool, extra string) string {
 // E/P/D under faults: with two encoders, answers equal PD's; an encoder
 // killed under load costs only the requests it held — each a clean error —
 // and every request after the kill succeeds, a leg the dead encoder
-// refuses going to the other; a stalled encoder times its requests out
-// with a 504 naming it, and once it resumes the requests succeed again,
-// none sent to the dead one; afterwards nothing is left behind: no encoder
-// outputs, KV, stashes or goroutines.
+// refuses going to the other; with one encoder dead and the other stalled,
+// requests time out with a 504 naming the encoder, and once it resumes
+// they succeed again, none sent to the dead one; afterwards nothing is
+// left behind: no encoder outputs, KV, stashes or goroutines.
 func TestEPDFaults(t *testing.T) {
 	pd := testbed.Start(t, testbed.Options{})
-	// The prefill timeout also bounds each encoder leg: only the stalled
-	// encoder may reach it, never a healthy leg on a busy machine.
-	d := testbed.Start(t, testbed.Options{Encoders: 2, PrefillTimeout: 8 * time.Second, PrefillRetries: 1})
+	d := testbed.Start(t, testbed.Options{Encoders: 2, PrefillRetries: 1})
 	warm(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*reqTimeout)
 	defer cancel()
@@ -108,7 +105,7 @@ func TestEPDFaults(t *testing.T) {
 	t.Logf("%d of %d requests failed with the killed encoder", failed, len(results))
 	// After the kill every request succeeds: one after another, then
 	// several at once.
-	after := func(what string, first, n, together int) {
+	after := func(d *testbed.Deployment, what string, first, n, together int) {
 		t.Helper()
 		for i := range n - together {
 			if err := wellFormed(send(ctx, d, chatPath, mediaChat(first+i, i%2 == 1, "")), i%2 == 1); err != nil {
@@ -125,18 +122,26 @@ func TestEPDFaults(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	after("after the kill", 200, 6, 3)
-
-	// Stall the other: its requests time out with the encoder's 504 (the
-	// dead one, if tried, refuses the leg and it goes to the stalled one).
-	d.Encoder[1].HTTP.Stall()
-	cleanError(t, send(ctx, d, chatPath, mediaChat(300, false, "")), http.StatusGatewayTimeout, "encoder_upstream_timeout")
-	d.Encoder[1].HTTP.Resume()
-	// Both encoders sat out — the dead one until seen healthy, the quiet
-	// one for a while — and the requests still go to the live one.
-	after("after the stall", 301, 4, 2)
+	after(d, "after the kill", 200, 6, 3)
 	pd.Settled(t, settleWithin)
 	d.Settled(t, settleWithin)
+
+	// One encoder dead, the other stalled: its requests time out with the
+	// encoder's 504 (the dead one, if tried, refuses the leg and it goes to
+	// the stalled one). The prefill timeout bounds each encoder leg; this
+	// deployment's is short, and only the stalled encoder reaches it, one
+	// request at a time.
+	stalled := testbed.Start(t, testbed.Options{Encoders: 2, PrefillRetries: 1, PrefillTimeout: stallIdle})
+	warm(t, stalled)
+	stalled.Encoder[0].Kill()
+	after(stalled, "after the kill, one at a time", 300, 2, 0)
+	stalled.Encoder[1].HTTP.Stall()
+	cleanError(t, send(ctx, stalled, chatPath, mediaChat(310, false, "")), http.StatusGatewayTimeout, "encoder_upstream_timeout")
+	stalled.Encoder[1].HTTP.Resume()
+	// Both encoders sat out — the dead one until seen healthy, the quiet
+	// one for a while — and the requests still go to the live one.
+	after(stalled, "after the stall", 311, 4, 2)
+	stalled.Settled(t, settleWithin)
 }
 
 // contentOf is a whole answer's text.

@@ -169,7 +169,7 @@ func TestKVChannelCutMidTransfer(t *testing.T) {
 // or, on a stream already under way, an error event with that code; the
 // other instance's requests succeed meanwhile.
 func TestStageStalls(t *testing.T) {
-	const idle = 700 * time.Millisecond
+	const idle = stallIdle
 	t.Run("decode before its first token", func(t *testing.T) {
 		d := testbed.Start(t, testbed.Options{Decodes: 2, StageIdleTimeout: idle})
 		warm(t, d)
@@ -201,7 +201,7 @@ func TestStageStalls(t *testing.T) {
 	t.Run("prefill", func(t *testing.T) {
 		// The prefill ran and exported; only its answer is lost, so its KV
 		// is freed when the lease runs out.
-		d := testbed.Start(t, testbed.Options{PrefillTimeout: idle, LeaseSeconds: 1})
+		d := testbed.Start(t, testbed.Options{PrefillTimeout: idle, LeaseSeconds: shortLease})
 		warm(t, d)
 		d.Prefill[0].HTTP.StallResponses()
 		cleanError(t, start(d, chatPath, textChat("stalled", 8, false)).wait(t), http.StatusGatewayTimeout, "prefill_upstream_timeout")
@@ -279,7 +279,7 @@ func TestClientDisconnects(t *testing.T) {
 	t.Run("before the prefill returns", func(t *testing.T) {
 		// When the prefill had finished, its exported KV is freed as its
 		// lease runs out: nobody learned where it is.
-		d := testbed.Start(t, testbed.Options{Prefills: 2, LeaseSeconds: 1})
+		d := testbed.Start(t, testbed.Options{Prefills: 2, LeaseSeconds: shortLease})
 		warm(t, d)
 		for _, stream := range []bool{false, true} {
 			ctx, cancel := context.WithCancel(context.Background())

@@ -17,12 +17,29 @@ import (
 	"github.com/omnipd/omnipd/internal/testbed"
 )
 
-// Bounds. A request that outlives reqTimeout is a hang, and fails its test.
+// Bounds. Each is a hang bound, not a guess at how long the work takes:
+// the suite runs on busy machines (two test binaries at once under the race
+// detector, and whatever else the machine is doing), so a request, a wait
+// or a settle that outlives its bound is stuck, never merely slow.
 const (
-	reqTimeout = 20 * time.Second
-	// settleWithin covers a KV lease running out (testbed default: 2 s).
-	settleWithin = 10 * time.Second
-	waitWithin   = 10 * time.Second
+	reqTimeout = 2 * time.Minute
+	// settleWithin covers a KV lease running out (testbed default: 5 s).
+	settleWithin = time.Minute
+	waitWithin   = time.Minute
+)
+
+// Timeouts of the deployments that fault tests stall on purpose. A stalled
+// stage reaches them; a healthy leg never does, though the machine is busy:
+// a bystander, or the victim's other legs, never goes that long without a
+// word.
+const (
+	// stallIdle is the stage idle timeout (and the prefill timeout) of a
+	// deployment whose stage is stalled.
+	stallIdle = 5 * time.Second
+	// shortLease, in seconds, is the KV lease of a test whose abandoned KV
+	// must be freed by the lease running out; a healthy decode claims its
+	// KV well within it.
+	shortLease = 3
 )
 
 const (

@@ -2,7 +2,10 @@ package testbed
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 func (d *Deployment) Baseline(t testing.TB) {
 	t.Helper()
 	d.baseline = d.quietGoroutines(5 * time.Second)
+	d.baselineStacks = goroutineStacks()
 }
 
 // quietGoroutines closes idle connections until the goroutine count stops
@@ -68,20 +72,65 @@ func (d *Deployment) Settled(t testing.TB, within time.Duration) {
 		t.Errorf("left behind after %v: %v", within, u)
 	}
 	if d.baseline != 0 && n > d.baseline {
-		t.Errorf("%d goroutines after %v, %d at the baseline:\n%s", n, within, d.baseline, goroutineDump())
+		t.Errorf("%d goroutines after %v, %d at the baseline; not there at the baseline:\n%s", n, within, d.baseline, newGoroutines(d.baselineStacks))
 	}
 }
 
-// goroutineDump lists the goroutines that run omnipd code or the proxies,
-// the likely leaks, one stack each.
-func goroutineDump() string {
+// goroutineStacks counts the live goroutines, the caller's aside, by their
+// stack, with what differs between two goroutines doing the same thing
+// left out (ids, arguments, offsets, how long they have waited).
+func goroutineStacks() map[string]int {
 	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	stacks := map[string]int{}
+	// The first is the caller's own, which differs from call to call.
+	for _, g := range strings.Split(string(buf), "\n\n")[1:] {
+		stacks[stackShape(g)]++
+	}
+	return stacks
+}
+
+var (
+	goroutineHeader = regexp.MustCompile(`^goroutine \d+ \[([^,\]]+)[^\]]*\]:`)
+	callArgs        = regexp.MustCompile(`\([^()]*\)$`)
+	frameOffset     = regexp.MustCompile(` \+0x[0-9a-f]+$`)
+	creator         = regexp.MustCompile(` in goroutine \d+$`)
+)
+
+// stackShape is one goroutine's stack as goroutineStacks counts it.
+func stackShape(g string) string {
+	lines := strings.Split(strings.TrimSpace(g), "\n")
+	for i, l := range lines {
+		switch {
+		case i == 0:
+			l = goroutineHeader.ReplaceAllString(l, "goroutine [$1]:")
+		case strings.HasPrefix(l, "\t"):
+			l = frameOffset.ReplaceAllString(l, "")
+		default:
+			l = creator.ReplaceAllString(callArgs.ReplaceAllString(l, "(...)"), "")
+		}
+		lines[i] = l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// newGoroutines lists the stacks there are more of than at the baseline
+// (before), each with how many more: the goroutines a request left behind,
+// whatever package they run in.
+func newGoroutines(before map[string]int) string {
 	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "omnipd/omnipd") && !strings.Contains(g, "testing.tRunner") {
-			out = append(out, g)
+	for stack, n := range goroutineStacks() {
+		if extra := n - before[stack]; extra > 0 {
+			out = append(out, fmt.Sprintf("%d more of:\n%s", extra, stack))
 		}
 	}
+	slices.Sort(out)
 	return strings.Join(out, "\n\n")
 }

@@ -68,7 +68,9 @@ type Options struct {
 	// AsyncChunk streams the Thinker's conditioning to the Talker (the
 	// deploy config's async_chunk).
 	AsyncChunk bool
-	// LeaseSeconds is how long exported KV waits to be claimed (default 2).
+	// LeaseSeconds is how long exported KV waits to be claimed (default 5:
+	// a healthy decode on a busy machine claims its KV well within it, and
+	// KV a fault abandoned is freed soon after).
 	LeaseSeconds float64
 	// NoSharedMemory keeps KV on the side channel's TCP, which every
 	// byte of a transfer then crosses (and a proxy in front of it can
@@ -112,6 +114,9 @@ type Deployment struct {
 	pools    []*orchestrator.Pool
 	api      *http.Server
 	baseline int
+	// baselineStacks are the goroutines at the baseline, by stack, to name
+	// the ones a request left behind.
+	baselineStacks map[string]int
 }
 
 // Worker is one Thinker worker.
@@ -205,7 +210,7 @@ func Start(t testing.TB, opts Options) *Deployment {
 		opts.Prefills, opts.Encoders = 0, 0
 	}
 	if opts.LeaseSeconds <= 0 {
-		opts.LeaseSeconds = 2
+		opts.LeaseSeconds = 5
 	}
 	if opts.NumBlocks <= 0 {
 		opts.NumBlocks = 1024

@@ -26,14 +26,16 @@ type benchOptions struct {
 	seed                           uint64
 	numPrompts, warmup             int
 	duration, timeout              time.Duration
-	requestRate                    string
-	burstiness                     float64
-	concurrency, maxConcurrency    int
-	slo, sweep                     string
-	sweepConcurrency, ignoreEOS    bool
-	outputJSON, plotDir            string
-	quiet, verbose                 bool
-	ignoreEOSSet, rateSet          bool
+	// readyTimeout is --ready-check-timeout-sec (0: no wait).
+	readyTimeout                int
+	requestRate                 string
+	burstiness                  float64
+	concurrency, maxConcurrency int
+	slo, sweep                  string
+	sweepConcurrency, ignoreEOS bool
+	outputJSON, plotDir         string
+	quiet, verbose              bool
+	ignoreEOSSet, rateSet       bool
 	// random-mm: vLLM's flags, and omnipd's for audio.
 	mmBaseItems         int
 	mmRangeRatio        float64
@@ -97,6 +99,7 @@ Ctrl-C stops early and still reports what finished. See docs/bench.md.`,
 	f.IntVar(&o.maxConcurrency, "max-concurrency", 0, "open loop: at most this many requests in flight (0: no cap)")
 	f.IntVar(&o.concurrency, "concurrency", 0, "closed loop: this many clients, each sending its next request when the last finished")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "per-request limit, stream included (0: none)")
+	f.IntVar(&o.readyTimeout, "ready-check-timeout-sec", 600, "wait up to this many seconds for the server to answer a one-token request before the run, as vllm bench serve does (0: do not wait)")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "ask for exactly max_tokens tokens (default true for random, false for sharegpt)")
 	f.StringVar(&o.slo, "slo", "", "goodput SLO, e.g. ttft=200ms,tpot=50ms,e2e=5s (also ttfp=, rtf=); bare numbers are ms")
 	f.StringVar(&o.sweep, "sweep", "", "run at each of these request rates, e.g. 1,2,4,8")
@@ -203,6 +206,12 @@ func (o benchOptions) plan() (*benchPlan, error) {
 	slo, err := bench.ParseSLO(o.slo)
 	if err != nil {
 		return nil, fmt.Errorf("--slo: %w", err)
+	}
+	if slo.NeedsAudio() && !t.Audio {
+		return nil, errors.New("--slo: an audio SLO (ttfp, rtf) needs --modalities text,audio")
+	}
+	if o.readyTimeout < 0 {
+		return nil, fmt.Errorf("--ready-check-timeout-sec %d: want seconds to wait, or 0 not to", o.readyTimeout)
 	}
 	rate, err := parseRate(o.requestRate)
 	if err != nil {
@@ -323,6 +332,15 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	}
 	cfg := p.cfg
 	cfg.Client = bench.ClientFor(p.loads...)
+	if o.readyTimeout > 0 {
+		status := stderr
+		if o.quiet {
+			status = nil
+		}
+		if err := bench.WaitReady(ctx, &cfg, time.Duration(o.readyTimeout)*time.Second, status); err != nil {
+			return err
+		}
+	}
 	if cfg.Target.Model == "" {
 		m, err := bench.FirstModel(ctx, cfg.Client, cfg.Target.BaseURL, cfg.Target.APIKey)
 		if err != nil {

@@ -348,7 +348,8 @@ func TestBenchFailingServer(t *testing.T) {
 	}))
 	defer srv.Close()
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	code, stdout, stderr := run(t, "bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "5", "--request-rate", "1000", "--output-json", jsonPath, "--quiet")
+	code, stdout, stderr := run(t, "bench", "--base-url", srv.URL, "--model", "m", "--num-prompts", "5", "--request-rate", "1000", "--output-json", jsonPath, "--quiet",
+		"--ready-check-timeout-sec", "0")
 	if code != 1 || !strings.Contains(stderr, "every request failed") || !strings.Contains(stderr, "prompts not fitted to tokens") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
@@ -362,6 +363,42 @@ func TestBenchFailingServer(t *testing.T) {
 		if r.Success || r.Status != 503 || !strings.Contains(r.Error, "decode stage is unavailable") {
 			t.Errorf("%+v", r)
 		}
+	}
+}
+
+// A server still starting — it answers 503 until it is ready — is waited
+// for, as vllm bench serve waits (--ready-check-timeout-sec): the run
+// measures it once it answers, and none of its requests failed; a server
+// that never comes up fails the run once the wait is over, saying so.
+func TestBenchWaitsForTheServer(t *testing.T) {
+	var probes atomic.Int64
+	starting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if probes.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"message":"not ready: the decode stage is starting","type":"service_unavailable"}}`)
+			return
+		}
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	}))
+	defer starting.Close()
+	code, stdout, stderr := run(t, "bench", "--base-url", starting.URL, "--num-prompts", "3", "--concurrency", "1")
+	if code != 0 || !strings.Contains(stdout, "| completed requests | 3 |") || !strings.Contains(stdout, "| failed requests | 0 |") ||
+		!strings.Contains(stderr, "to be ready") {
+		t.Errorf("a server that is starting: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	never := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer never.Close()
+	code, _, stderr = run(t, "bench", "--base-url", never.URL, "--model", "m", "--num-prompts", "3", "--quiet", "--ready-check-timeout-sec", "1")
+	if code == 0 || !strings.Contains(stderr, "was not ready within 1s (--ready-check-timeout-sec)") {
+		t.Errorf("a server that never comes up: exit %d, %s", code, stderr)
 	}
 }
 

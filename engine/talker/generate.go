@@ -109,6 +109,63 @@ type sampler struct {
 	p   Params
 	rng *rand.Rand
 	idx []int
+	w   []float64
+}
+
+// ranksAbove reports whether id a ranks above id b: a higher logit, or an
+// equal one and a lower id.
+func ranksAbove(logits []float32, a, b int) bool {
+	return logits[a] > logits[b] || logits[a] == logits[b] && a < b
+}
+
+// topK returns the k ids of logits that rank highest, best first, in
+// buf's storage — what sorting every id by rank and keeping the first k
+// gives, at the cost of one pass and a heap of k: a Talker step samples
+// from its codebook's top k, and sorting the whole codebook for that was
+// most of a step's sampling.
+func topK(buf []int, logits []float32, k int) []int {
+	h := buf[:0]
+	// h is a heap whose root is the lowest ranked of the ids kept.
+	down := func(i int) {
+		for {
+			low, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && ranksAbove(logits, h[low], h[l]) {
+				low = l
+			}
+			if r < len(h) && ranksAbove(logits, h[low], h[r]) {
+				low = r
+			}
+			if low == i {
+				return
+			}
+			h[i], h[low] = h[low], h[i]
+			i = low
+		}
+	}
+	for id := range logits {
+		switch {
+		case len(h) < k:
+			h = append(h, id)
+			for c := len(h) - 1; c > 0; {
+				p := (c - 1) / 2
+				if !ranksAbove(logits, h[p], h[c]) {
+					break
+				}
+				h[p], h[c] = h[c], h[p]
+				c = p
+			}
+		case ranksAbove(logits, id, h[0]):
+			h[0] = id
+			down(0)
+		}
+	}
+	slices.SortFunc(h, func(a, b int) int {
+		if ranksAbove(logits, a, b) {
+			return -1
+		}
+		return 1
+	})
+	return h
 }
 
 func (s *sampler) sample(logits []float32) int {
@@ -122,26 +179,19 @@ func (s *sampler) sample(logits []float32) int {
 		return best
 	}
 	s.idx = s.idx[:0]
-	for i := range logits {
-		s.idx = append(s.idx, i)
-	}
 	if k := s.p.TopK; k > 0 && k < len(logits) {
-		slices.SortFunc(s.idx, func(a, b int) int {
-			switch {
-			case logits[a] > logits[b]:
-				return -1
-			case logits[a] < logits[b]:
-				return 1
-			}
-			return a - b
-		})
-		s.idx = s.idx[:k]
+		s.idx = topK(s.idx, logits, k)
+	} else {
+		for i := range logits {
+			s.idx = append(s.idx, i)
+		}
 	}
 	mx := logits[s.idx[0]]
 	for _, i := range s.idx {
 		mx = max(mx, logits[i])
 	}
-	w := make([]float64, len(s.idx))
+	s.w = slices.Grow(s.w[:0], len(s.idx))[:len(s.idx)]
+	w := s.w
 	var sum float64
 	for n, i := range s.idx {
 		w[n] = math.Exp(float64(logits[i]-mx) / s.p.Temperature)

@@ -144,6 +144,7 @@ package kvtransfer
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -206,6 +207,12 @@ type Config struct {
 	Secret        string        // deployment secret; when set, peers must prove they know it; when empty, no auth
 	LeaseDuration time.Duration // how long exported blocks wait to be claimed; default 30s
 	Shape         string        // opaque geometry (e.g. fmt.Sprint of a kvcache.Shape) both sides must agree on
+	// Listener, when set, is the producer's side channel already bound, and
+	// ListenAddr is ignored: a process that picked the port and holds it
+	// (omnipd serve, for the workers it starts) hands it over, so that no
+	// other process can take it between the pick and the producer. The
+	// producer owns it from NewProducer on, which closes it on failure too.
+	Listener net.Listener
 	// IOTimeout bounds each network step: the handshake, a batch of a few
 	// MiB of blocks, the final ack. A peer that stalls longer is dropped.
 	// Default 30s.

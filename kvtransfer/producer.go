@@ -81,20 +81,24 @@ type ProducerStats struct {
 	Expired         uint64
 }
 
-// NewProducer starts listening on cfg.ListenAddr and serving consumers.
-// Close stops it. When store has its blocks in a SharedMemory region (see
-// SharedCacheStore), consumers on this host copy them from there.
+// NewProducer starts listening on cfg.ListenAddr, or on cfg.Listener, and
+// serving consumers. Close stops it. When store has its blocks in a
+// SharedMemory region (see SharedCacheStore), consumers on this host copy
+// them from there.
 func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 	cfg = cfg.withDefaults()
-	if cfg.EngineID == "" {
-		return nil, fmt.Errorf("%w: producer needs an EngineID: consumers check it", ErrInvalid)
+	if err := checkProducer(cfg, store); err != nil {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return nil, err
 	}
-	if store == nil || store.BlockBytes() <= 0 || store.BlockBytes() > 1<<32-1 {
-		return nil, fmt.Errorf("%w: producer needs a store with a block size in (0, 4 GiB)", ErrInvalid)
-	}
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return nil, fmt.Errorf("kvtransfer: listen on %s: %w", cfg.ListenAddr, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("kvtransfer: listen on %s: %w", cfg.ListenAddr, err)
+		}
 	}
 	p := &Producer{
 		cfg:     cfg,
@@ -123,6 +127,16 @@ func NewProducer(cfg Config, store BlockStore) (*Producer, error) {
 	p.wg.Go(p.acceptLoop)
 	p.wg.Go(p.expiryLoop)
 	return p, nil
+}
+
+func checkProducer(cfg Config, store BlockStore) error {
+	if cfg.EngineID == "" {
+		return fmt.Errorf("%w: producer needs an EngineID: consumers check it", ErrInvalid)
+	}
+	if store == nil || store.BlockBytes() <= 0 || store.BlockBytes() > 1<<32-1 {
+		return fmt.Errorf("%w: producer needs a store with a block size in (0, 4 GiB)", ErrInvalid)
+	}
+	return nil
 }
 
 // Addr is the bound side-channel address, to be advertised to consumers.

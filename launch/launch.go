@@ -20,12 +20,26 @@ import (
 )
 
 // Spec says how to start one reference worker.
+//
+// Its ports are bound in this process and handed to the worker as inherited
+// sockets (omnipd worker --listen-fd, --kv-listen-fd), never closed here for
+// the worker to bind again: between such a close and the worker's bind,
+// any process that asks the kernel for a free port can be given that one.
 type Spec struct {
 	// Name identifies the worker in progress lines and logs ("thinker-prefill-0").
 	Name string
-	// Host is the address to listen on (default 127.0.0.1); Port 0 picks a free one.
-	Host string
-	Port int
+	// Listener is the worker's HTTP port, already bound: a caller that
+	// settles its ports before it starts workers holds each until here.
+	// When nil, Host:Port is bound (Host default 127.0.0.1; Port 0 picks a
+	// free one). Start and Supervise own it from the call on.
+	Listener *net.TCPListener
+	Host     string
+	Port     int
+	// KVListener, when set, is the KV side channel of a Thinker that
+	// exports KV (kv_producer, kv_both), already bound, on the port its
+	// KVTransferConfig names, and owned from the call on as Listener is.
+	// When nil, the worker binds kv_ip:kv_port itself.
+	KVListener *net.TCPListener
 	// KVTransferConfig is the worker's --kv-transfer-config JSON, or empty.
 	KVTransferConfig string
 	// Secret is the deployment secret, passed in the environment (never on
@@ -52,21 +66,41 @@ type Worker struct {
 	err  error
 }
 
-// Start runs `exe worker` for spec. Its output goes to log.
+// Start runs `exe worker` for spec. Its output goes to log. The worker
+// inherits its listeners; Start closes this process's copies whether or not
+// the worker started, so that once the worker is gone its ports refuse
+// connections instead of queueing them where nobody will answer.
 func Start(exe string, spec Spec, log io.Writer) (*Worker, error) {
-	host := spec.Host
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	port := spec.Port
-	if port == 0 {
-		p, err := freePort(host)
+	defer func() { closeListeners(spec) }() // spec.Listener may be bound below
+	if spec.Listener == nil {
+		ln, err := listen(spec.Host, spec.Port)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("start worker %s: %w", spec.Name, err)
 		}
-		port = p
+		spec.Listener = ln
 	}
-	args := []string{"worker", "--host", host, "--port", strconv.Itoa(port)}
+	args := []string{"worker"}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, l := range []struct {
+		flag string
+		ln   *net.TCPListener
+	}{{"--listen-fd", spec.Listener}, {"--kv-listen-fd", spec.KVListener}} {
+		if l.ln == nil {
+			continue
+		}
+		f, err := l.ln.File()
+		if err != nil {
+			return nil, fmt.Errorf("start worker %s: pass its listener on %s: %w", spec.Name, l.ln.Addr(), err)
+		}
+		// ExtraFiles[i] is the child's descriptor 3+i.
+		args = append(args, l.flag, strconv.Itoa(3+len(files)))
+		files = append(files, f)
+	}
 	if spec.KVTransferConfig != "" {
 		args = append(args, "--kv-transfer-config", spec.KVTransferConfig)
 	}
@@ -77,11 +111,12 @@ func Start(exe string, spec Spec, log io.Writer) (*Worker, error) {
 	if spec.Procs > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(spec.Procs))
 	}
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = childAttrs()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", spec.Name, err)
 	}
-	w := &Worker{Name: spec.Name, URL: "http://" + net.JoinHostPort(host, strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
+	w := &Worker{Name: spec.Name, URL: "http://" + spec.Listener.Addr().String(), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		w.mu.Lock()
@@ -92,14 +127,26 @@ func Start(exe string, spec Spec, log io.Writer) (*Worker, error) {
 	return w, nil
 }
 
-// freePort asks the kernel for a port that is free now.
-func freePort(host string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// listen binds host:port (host default 127.0.0.1; port 0 picks a free one)
+// for a worker.
+func listen(host string, port int) (*net.TCPListener, error) {
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+func closeListeners(spec Spec) {
+	if spec.Listener != nil {
+		spec.Listener.Close()
+	}
+	if spec.KVListener != nil {
+		spec.KVListener.Close()
+	}
 }
 
 // Exited reports whether the process has ended, and how.

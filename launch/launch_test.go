@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -150,7 +151,13 @@ func TestWorkerGetsItsShareOfTheHost(t *testing.T) {
 // answers /health. The caller stops it.
 func superviseHealthy(t *testing.T, spec Spec, progress func(string)) *Supervisor {
 	t.Helper()
-	s, err := Supervise(omnipdBin, spec, os.Stderr, progress)
+	return superviseHealthyLog(t, spec, os.Stderr, progress)
+}
+
+// superviseHealthyLog is superviseHealthy with the worker's output to log.
+func superviseHealthyLog(t *testing.T, spec Spec, log io.Writer, progress func(string)) *Supervisor {
+	t.Helper()
+	s, err := Supervise(omnipdBin, spec, log, progress)
 	if err != nil {
 		t.Fatal(err)
 	}

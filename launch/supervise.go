@@ -2,21 +2,31 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // Supervisor keeps one worker running: when it exits without being asked
-// to, it is started again on the same port after a backoff that doubles up
+// to, it is started again on the same ports after a backoff that doubles up
 // to MaxBackoff and resets once a worker has stayed up for StableAfter.
+//
+// Each restart binds the ports again just before the new worker starts and
+// hands them over as Start does. A port another process took while the
+// worker was down is said so in a progress line and tried again at the next
+// backoff: a worker started without it would only fail.
 type Supervisor struct {
-	exe      string
-	spec     Spec
-	log      io.Writer
-	progress func(string)
+	exe string
+	// spec has no listeners; each start binds addr and kvAddr anew.
+	spec         Spec
+	addr, kvAddr string // kvAddr is empty when the worker binds its own
+	log          io.Writer
+	progress     func(string)
 
 	mu      sync.Mutex
 	current *Worker
@@ -36,27 +46,31 @@ var (
 )
 
 // Supervise starts spec's worker and keeps it running until Stop. progress
-// receives a line for each start, exit and restart.
+// receives a line for each start, exit and restart. spec's listeners are
+// owned from the call on, as Start owns them; without a Listener, Host:Port
+// is bound here, and that port is the worker's across restarts.
 func Supervise(exe string, spec Spec, log io.Writer, progress func(string)) (*Supervisor, error) {
-	if spec.Port == 0 {
-		host := spec.Host
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		p, err := freePort(host)
+	if spec.Listener == nil {
+		ln, err := listen(spec.Host, spec.Port)
 		if err != nil {
-			return nil, err
+			closeListeners(spec)
+			return nil, fmt.Errorf("start worker %s: %w", spec.Name, err)
 		}
-		spec.Port = p // keep the address across restarts
+		spec.Listener = ln
 	}
 	if progress == nil {
 		progress = func(string) {}
 	}
+	s := &Supervisor{exe: exe, spec: spec, addr: spec.Listener.Addr().String(), log: log, progress: progress, stop: make(chan struct{}), done: make(chan struct{})}
+	if spec.KVListener != nil {
+		s.kvAddr = spec.KVListener.Addr().String()
+	}
+	s.spec.Listener, s.spec.KVListener = nil, nil
 	w, err := Start(exe, spec, log)
 	if err != nil {
 		return nil, err
 	}
-	s := &Supervisor{exe: exe, spec: spec, log: log, progress: progress, current: w, stop: make(chan struct{}), done: make(chan struct{})}
+	s.current = w
 	go s.watch()
 	return s, nil
 }
@@ -99,13 +113,20 @@ func (s *Supervisor) watch() {
 			backoff = MinBackoff
 		}
 		s.progress(fmt.Sprintf("worker %s exited (%v); restarting in %v", s.spec.Name, err, backoff))
-		select {
-		case <-time.After(backoff):
-		case <-s.stop:
-			return
+		var spec Spec
+		for {
+			select {
+			case <-time.After(backoff):
+			case <-s.stop:
+				return
+			}
+			backoff = min(2*backoff, MaxBackoff)
+			if spec, err = s.bind(); err == nil {
+				break
+			}
+			s.progress(fmt.Sprintf("worker %s not restarted: %v; trying again in %v", s.spec.Name, err, backoff))
 		}
-		backoff = min(2*backoff, MaxBackoff)
-		nw, err := Start(s.exe, s.spec, s.log)
+		nw, err := Start(s.exe, spec, s.log)
 		s.mu.Lock()
 		if err != nil || s.stopped {
 			s.mu.Unlock()
@@ -122,6 +143,35 @@ func (s *Supervisor) watch() {
 		s.restarts.Add(1)
 		s.progress(fmt.Sprintf("worker %s restarted", s.spec.Name))
 	}
+}
+
+// bind binds the worker's ports again, for a restart: its spec with them.
+func (s *Supervisor) bind() (Spec, error) {
+	spec := s.spec
+	var err error
+	if spec.Listener, err = rebind(s.addr, "port"); err != nil {
+		return Spec{}, err
+	}
+	if s.kvAddr != "" {
+		if spec.KVListener, err = rebind(s.kvAddr, "KV side channel's port"); err != nil {
+			spec.Listener.Close()
+			return Spec{}, err
+		}
+	}
+	return spec, nil
+}
+
+// rebind binds addr, where the worker's port what was, for its next start;
+// the error says when another process holds it.
+func rebind(addr, what string) (*net.TCPListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("its %s %s is taken", what, addr)
+	case err != nil:
+		return nil, fmt.Errorf("cannot bind its %s %s: %w", what, addr, err)
+	}
+	return ln.(*net.TCPListener), nil
 }
 
 // Stop stops the worker for good (SIGTERM, then SIGKILL after grace) and

@@ -138,7 +138,26 @@ type kvPath struct {
 	cleanup runtime.Cleanup
 }
 
-func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string, log *slog.Logger) (*kvPath, error) {
+// newKVPath opens the worker's end of the reference connector; a producer's
+// side channel serves on ln when it is set (see Config.KVListener).
+func newKVPath(cfg *KVTransferConfig, ln net.Listener, e *engine.Engine, secret string, log *slog.Logger) (*kvPath, error) {
+	if ln != nil {
+		if cfg == nil || !cfg.produces() {
+			who := "a worker without --kv-transfer-config"
+			if cfg != nil {
+				who = "a " + cfg.Role + " worker"
+			}
+			return nil, fmt.Errorf("worker: a KV side channel listener for %s, which opens no side channel (only kv_producer and kv_both do)", who)
+		}
+		// The port is what the config tells peers; a listener elsewhere
+		// would have them dial a port nobody serves.
+		switch a, ok := ln.Addr().(*net.TCPAddr); {
+		case !ok:
+			return nil, fmt.Errorf("worker: the KV side channel's listener is on %s %s; want TCP", ln.Addr().Network(), ln.Addr())
+		case cfg.Port != 0 && a.Port != cfg.Port:
+			return nil, fmt.Errorf("worker: the KV side channel's listener is on %s, but --kv-transfer-config's kv_port is %d", a, cfg.Port)
+		}
+	}
 	if cfg == nil {
 		return nil, nil
 	}
@@ -164,7 +183,7 @@ func newKVPath(cfg *KVTransferConfig, e *engine.Engine, secret string, log *slog
 		if ip == "" {
 			ip = "127.0.0.1"
 		}
-		kc.ListenAddr = net.JoinHostPort(ip, strconv.Itoa(cfg.Port))
+		kc.ListenAddr, kc.Listener = net.JoinHostPort(ip, strconv.Itoa(cfg.Port)), ln
 		p, err := kvtransfer.NewProducer(kc, store)
 		if err != nil {
 			k.unshareCache(log)

@@ -13,9 +13,11 @@ import (
 // host, settled before the first starts: a port the config chose (pd.kv_port
 // and the like) is checked free, and a port nobody chose — a worker's HTTP
 // port, a KV side channel the embedded default or PD expansion gave a
-// default port — is picked free by the kernel. Each stays bound here until
-// its worker is about to start, so that two picks cannot coincide and a
-// taken chosen port fails before any worker runs.
+// default port — is picked free by the kernel. Each stays bound from then
+// on, and its listener is handed to its worker (launch.Spec), never closed
+// for the worker to bind again: two picks cannot coincide, a taken chosen
+// port fails before any worker runs, and no other process can be given a
+// port between its pick and its worker.
 type localPorts struct {
 	byReplica map[replicaKey]*replicaPorts
 }
@@ -25,8 +27,8 @@ type replicaKey struct{ stage, replica int }
 type replicaPorts struct {
 	http, kv int
 	// kvWhy says where the KV port came from, for the start-up line.
-	kvWhy string
-	held  []net.Listener
+	kvWhy        string
+	httpLn, kvLn *net.TCPListener // kvLn nil when there is no KV port
 }
 
 // planLocalPorts settles the ports of every replica of doc that names no
@@ -46,8 +48,8 @@ func planLocalPorts(doc *deploy.Document) (*localPorts, error) {
 				lp.close()
 				return nil, fmt.Errorf("stage %d: find a free port for its worker: %w", s.ID, err)
 			}
-			rp.held = append(rp.held, ln)
-			rp.http = ln.Addr().(*net.TCPAddr).Port
+			rp.httpLn = ln.(*net.TCPListener)
+			rp.http = rp.httpLn.Addr().(*net.TCPAddr).Port
 			if s.ModelStage != "thinker" || s.KV == nil || s.KV.Connector != deploy.DefaultKVConnector {
 				continue
 			}
@@ -68,33 +70,32 @@ func planLocalPorts(doc *deploy.Document) (*localPorts, error) {
 				}
 				rp.kvWhy = "a free port; set pd.kv_port to choose"
 			}
-			rp.held = append(rp.held, ln)
-			rp.kv = ln.Addr().(*net.TCPAddr).Port
+			rp.kvLn = ln.(*net.TCPListener)
+			rp.kv = rp.kvLn.Addr().(*net.TCPAddr).Port
 		}
 	}
 	return lp, nil
 }
 
-// take returns replica i of stage id's ports and unbinds them, for its
-// worker to bind.
+// take returns replica i of stage id's ports, still bound, for its worker.
+// Starting the worker (launch.Start, launch.Supervise) closes the listeners
+// it is given; until then close still unbinds them, on an early return.
 func (lp *localPorts) take(id, i int) replicaPorts {
 	rp := lp.byReplica[replicaKey{id, i}]
 	if rp == nil {
 		return replicaPorts{}
 	}
-	for _, ln := range rp.held {
-		ln.Close()
-	}
-	rp.held = nil
 	return *rp
 }
 
-// close unbinds every port still held.
+// close unbinds every port not handed to a worker (closing one that was
+// does nothing).
 func (lp *localPorts) close() {
 	for _, rp := range lp.byReplica {
-		for _, ln := range rp.held {
-			ln.Close()
+		for _, ln := range []*net.TCPListener{rp.httpLn, rp.kvLn} {
+			if ln != nil {
+				ln.Close()
+			}
 		}
-		rp.held = nil
 	}
 }

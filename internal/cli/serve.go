@@ -261,7 +261,8 @@ func workerProcs(hostProcs, workers int, envSet bool) int {
 // port it will use is settled before the first worker starts: the API's is
 // bound, the ones the config chose are checked free, and the ones nobody
 // chose are picked free, so that a clash fails at once, naming the port,
-// rather than after minutes of worker start-up.
+// rather than after minutes of worker start-up. Each worker's ports stay
+// bound until the worker inherits them (planLocalPorts).
 func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	simulateArg, err := simulateWorkerArg(o.simulate)
 	if err != nil {
@@ -320,11 +321,17 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 			spec := launch.Spec{Name: fmt.Sprintf("%s-%d", pool.Name, i), Secret: secret, Procs: procs}
 			url := r.Endpoint
 			if url == "" {
-				// omnipd starts this instance: a reference worker.
+				// omnipd starts this instance: a reference worker, on the
+				// ports held for it.
 				held := ports.take(s.ID, i)
-				spec.Port = held.http
+				spec.Listener = held.httpLn
 				if held.kv != 0 {
 					r.KVPort = held.kv
+					if s.KV.Role == topology.KVProducer || s.KV.Role == topology.KVBoth {
+						spec.KVListener = held.kvLn
+					} else {
+						held.kvLn.Close() // a kv_consumer opens no side channel
+					}
 				}
 				where := ""
 				if s.ModelStage == "thinker" {

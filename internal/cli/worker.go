@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +27,7 @@ func newWorkerCmd() *cobra.Command {
 	)
 	var simulateProfile string
 	var maxModelLen, maxBodyMB int
+	var listenFD, kvListenFD int
 	var mediaOpts mediaFlags
 	cmd := &cobra.Command{
 		Use:   "worker [--host H] [--port N] [--model DIR] [--kv-transfer-config JSON]",
@@ -54,6 +57,32 @@ context-length error.`,
 			if cmd.Flags().Changed("secret") {
 				warnKeyOnCommandLine(log, "--secret", "OMNIPD_SECRET")
 			}
+			// Inherited sockets are taken first, so that a bad descriptor
+			// fails before the model loads, and are closed on every way out
+			// (a second Close, after the server's, does nothing).
+			var httpLn, kvLn net.Listener
+			if listenFD != 0 {
+				if cmd.Flags().Changed("host") || cmd.Flags().Changed("port") {
+					return errors.New("--listen-fd: the worker serves on the socket it inherits, whose address is its own; give --listen-fd or --host and --port, not both")
+				}
+				ln, err := inheritedListener(listenFD, "--listen-fd")
+				if err != nil {
+					return err
+				}
+				defer ln.Close()
+				httpLn, host = ln, ln.Addr().(*net.TCPAddr).IP.String()
+			}
+			if kvListenFD != 0 {
+				if stage != "thinker" {
+					return fmt.Errorf("--kv-listen-fd: a %s worker has no KV side channel", stage)
+				}
+				ln, err := inheritedListener(kvListenFD, "--kv-listen-fd")
+				if err != nil {
+					return err
+				}
+				defer ln.Close()
+				kvLn = ln
+			}
 			warnWorkerExposure(host, secret, log)
 			switch stage {
 			case "code2wav", "talker":
@@ -76,7 +105,7 @@ context-length error.`,
 					h = cs
 				}
 				log.Info(stage+" worker", "simulate", simulationName(sim))
-				return serveHandler(cmd.Context(), host, port, h, log, stage)
+				return serveHandler(cmd.Context(), httpLn, host, port, h, log, stage)
 			case "thinker":
 			default:
 				return fmt.Errorf("--stage %q: want thinker, talker or code2wav", stage)
@@ -124,20 +153,25 @@ context-length error.`,
 			go func() { eng.Run(ctx); close(engineDone) }()
 			defer func() { cancel(); <-engineDone }()
 
-			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, Secret: secret, MaxModelLen: maxModelLen,
+			srv, err := worker.New(worker.Config{Engine: eng, ModelName: name, KV: kv, KVListener: kvLn, Secret: secret, MaxModelLen: maxModelLen,
 				MaxBodyBytes: maxBody, Media: media, EC: ec, Logger: log})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			log.Info("thinker worker", "kv_side_channel", srv.KVAddr(), "model", name, "simulate", simulationName(ecfg.Simulate))
-			return serveHandler(ctx, host, port, srv, log, "thinker")
+			return serveHandler(ctx, httpLn, host, port, srv, log, "thinker")
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&stage, "stage", "thinker", "which stage to serve: thinker (vLLM's API), talker or code2wav (omnipd's stage API, docs/stage-api.md)")
 	f.StringVar(&host, "host", "127.0.0.1", "address to listen on")
 	f.IntVar(&port, "port", 8100, "port to listen on")
+	// Documented rather than hidden: they are on the command line of every
+	// worker omnipd serve starts, for anyone reading ps to look up, and any
+	// supervisor that binds the ports itself can use them.
+	f.IntVar(&listenFD, "listen-fd", 0, "serve on the listening TCP socket inherited at this file descriptor instead of binding --host and --port: what omnipd serve passes the workers it starts, so that no other process can take a port between serve's pick and the worker")
+	f.IntVar(&kvListenFD, "kv-listen-fd", 0, "serve the KV side channel (kv_producer, kv_both) on the listening TCP socket inherited at this file descriptor instead of binding kv_ip:kv_port; kv_port, if set, must be its port")
 	f.StringVar(&modelDir, "model", "", "Hugging Face-format checkpoint directory (config.json, *.safetensors, tokenizer.json); empty for the built-in tiny model")
 	f.StringVar(&name, "served-model-name", "omnipd-reference", "model name the API reports and accepts")
 	f.StringVar(&kvJSON, "kv-transfer-config", "", "vLLM KVTransferConfig JSON; kv_connector ReferenceConnector moves KV between workers")

@@ -17,6 +17,7 @@ import (
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/stageconn"
+	"github.com/omnipd/omnipd/worker"
 )
 
 func asyncChunk(c *orchestrator.Config) { c.Omni.AsyncChunk = true }
@@ -101,10 +102,12 @@ func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAn
 	}
 	h := &heldAnswer{readEarly: make(chan struct{}), holdRequest: holdRequest}
 	hold := func() {
+		// Only a Talker that never reads (a bug the test then reports)
+		// reaches the bound.
 		select {
 		case <-h.readEarly:
 			h.early = true
-		case <-time.After(10 * time.Second):
+		case <-time.After(2 * time.Minute):
 		}
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
@@ -116,10 +119,30 @@ func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAn
 	}
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, stageconn.Path) {
-			// Holding the answer, wait for a generated row (row 1 on);
-			// holding the request, for any read of the stash to be.
-			if from, err := strconv.Atoi(r.URL.Query().Get("from")); err == nil && (from >= 1 || h.holdRequest) {
+			_, err := strconv.Atoi(r.URL.Query().Get("from"))
+			switch {
+			case err == nil && h.holdRequest:
+				// Holding the request, the decode goes on once a read of
+				// its stash has been answered: the stash did not exist
+				// yet, so that read found the Talker ahead.
+				proxy.ServeHTTP(w, r)
 				h.once.Do(func() { close(h.readEarly) })
+				return
+			case err == nil:
+				// Holding the answer, it goes once a read of the stash has
+				// been answered with rows: the Talker took the Thinker's
+				// rows before the Thinker answered.
+				rec := httptest.NewRecorder()
+				proxy.ServeHTTP(rec, r)
+				for k, v := range rec.Header() {
+					w.Header()[k] = v
+				}
+				w.WriteHeader(rec.Code)
+				_, _ = w.Write(rec.Body.Bytes())
+				if st, err := stageconn.Decode(rec.Body.Bytes()); rec.Code == http.StatusOK && err == nil && len(st.Embed) > 0 {
+					h.once.Do(func() { close(h.readEarly) })
+				}
+				return
 			}
 		}
 		if r.Method == http.MethodPost && h.holdRequest {
@@ -137,9 +160,9 @@ func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAn
 }
 
 // With async chunk a whole (non-streamed) answer's audio is made while the
-// Thinker decodes, not after: the Talker reads the decode's generated rows
-// while the decode's answer is held back, colocated and under PD, and the
-// audio still equals the batch path's.
+// Thinker decodes, not after: the Talker takes the Thinker's rows while the
+// Thinker's answer is held back, colocated and under PD, and the audio
+// still equals the batch path's.
 func TestAsyncChunkWholeAnswerTalksDuringDecode(t *testing.T) {
 	keep := func(*httptest.Server) {}
 	batch := newOmniDeploymentFull(t, false, keep, 0.9)
@@ -150,7 +173,7 @@ func TestAsyncChunkWholeAnswerTalksDuringDecode(t *testing.T) {
 		d := newOmniDeploymentFull(t, pd, keep, 0.9, asyncChunk, func(c *orchestrator.Config) { held = holdAnswers(t, c) })
 		got := omniWhole(t, d.url, body)
 		if !held.early {
-			t.Errorf("PD %v: the Talker read no generated row before the Thinker answered", pd)
+			t.Errorf("PD %v: the Talker took no row before the Thinker answered", pd)
 		}
 		if got.text != want.text || !slices.Equal(got.samples, want.samples) {
 			t.Errorf("PD %v: %q and %d samples; batch %q and %d samples", pd, got.text, len(got.samples), want.text, len(want.samples))
@@ -226,8 +249,8 @@ func talkerCounter(t *testing.T, talkerURL, name string) float64 {
 
 // A Talker ahead of the Thinker waits for the next row and reads on when
 // it comes (vllm-omni's WAITING_FOR_CHUNK). A proxy holds a whole answer's
-// decode leg until the Talker has asked for the first generated row, so the
-// Talker is ahead for certain — before the stash even exists; the wait is
+// decode leg until the Talker's first read of its stash has been answered,
+// so the Talker is ahead for certain — the stash did not exist; the wait is
 // counted on the Talker's /metrics, and the audio equals the batch path's,
 // colocated and under PD. (The unit tests of engine/talker pin the waits
 // in mid-answer, row by row.)
@@ -236,10 +259,16 @@ func TestAsyncChunkTalkerWaitsForRows(t *testing.T) {
 	batch := newOmniDeploymentFull(t, false, keep, 0.9)
 	body := `{"messages":[{"role":"user","content":"Talk at length"}],"max_tokens":60,"temperature":0.8,"seed":11}`
 	want := omniWhole(t, batch.url, body)
+	// The Talker's first read of the decode's stash, which does not exist
+	// yet, waits this long and is answered without rows; only then does the
+	// held decode go on.
+	quickReads := func(string) func(*worker.Config) {
+		return func(c *worker.Config) { c.StashReadWait = 50 * time.Millisecond }
+	}
 	for _, pd := range []bool{false, true} {
 		var talkerURL string
 		var held *heldAnswer
-		async := newOmniDeploymentFull(t, pd, keep, 0.9, asyncChunk, func(c *orchestrator.Config) {
+		async := newOmniDeploymentOf(t, pd, keep, 0.9, quickReads, asyncChunk, func(c *orchestrator.Config) {
 			talkerURL = c.Omni.Talker.Instances[0].Client.BaseURL()
 			held = holdThinker(t, c, true)
 		})

@@ -69,7 +69,7 @@ func newOmniDeploymentOf(t *testing.T, pd bool, breakTalker func(*httptest.Serve
 		ocfg.Prefill, ocfg.Decode, ocfg.Contract = pool(t, "prefill", pre), pool(t, "decode", dec), contract
 		d.thinkers = []*refWorker{pre, dec}
 	} else {
-		w := startWorker(t, "", "")
+		w := startWorkerWith(t, "", "", workers("thinker"))
 		ocfg.Decode = pool(t, "thinker", w)
 		d.thinkers = []*refWorker{w}
 	}

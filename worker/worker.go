@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -39,6 +40,12 @@ type Config struct {
 	ModelName string
 	// KV is the parsed --kv-transfer-config; nil for no KV transfer.
 	KV *KVTransferConfig
+	// KVListener, when set, is the KV side channel of a kv_producer or
+	// kv_both worker, already bound (omnipd serve hands its workers the
+	// ports it settled): the side channel serves on it instead of binding
+	// KV's kv_ip:kv_port, whose port, if not 0, must be its port. The
+	// worker owns it: Close closes it, and so does New when it fails.
+	KVListener net.Listener
 	// Secret is the deployment secret: the KV side channel requires it of
 	// peers, and every HTTP endpoint but /health and /metrics requires it as
 	// "Authorization: Bearer <Secret>". Empty means anyone who can reach the
@@ -62,6 +69,10 @@ type Config struct {
 	TTSTokenIDs [3]int
 	// StashTTL bounds how long conditioning waits to be fetched (default 60 s).
 	StashTTL time.Duration
+	// StashReadWait bounds how long one read of a stash waits for rows not
+	// there yet before it is answered without them and the reader asks
+	// again (default stageconn's, 10 s).
+	StashReadWait time.Duration
 	// Media is what media parts the worker takes, and from where.
 	Media MediaConfig
 	// EC is the parsed --ec-transfer-config (encoder disaggregation): an
@@ -96,7 +107,14 @@ var _ http.Handler = (*Server)(nil)
 
 // New builds a worker around a running engine and starts its KV side
 // channel, if it has one.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (_ *Server, err error) {
+	if cfg.KVListener != nil {
+		defer func() {
+			if err != nil {
+				cfg.KVListener.Close()
+			}
+		}()
+	}
 	if cfg.Engine == nil {
 		return nil, errors.New("worker: no engine")
 	}
@@ -120,14 +138,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.TTSTokenIDs = ttsIDs
-	kv, err := newKVPath(cfg.KV, cfg.Engine, cfg.Secret, cfg.Logger)
+	kv, err := newKVPath(cfg.KV, cfg.KVListener, cfg.Engine, cfg.Secret, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, eng: cfg.Engine, kv: kv, log: cfg.Logger, created: time.Now().Unix(), mux: http.NewServeMux(),
 		// The store's routes sit behind the worker's own secret check, like
 		// every other route, so the store itself checks nothing twice.
-		stashes: stageconn.NewStore(stageconn.Config{TTL: cfg.StashTTL})}
+		stashes: stageconn.NewStore(stageconn.Config{TTL: cfg.StashTTL, ReadWait: cfg.StashReadWait})}
 	var leases metrics.KVLeaseStats
 	if kv != nil {
 		leases = kv

@@ -318,6 +318,29 @@ const CodeContextLengthExceeded = openai.CodeContextLengthExceeded
 
 type requestIDKey struct{}
 
+// startedWriter remembers whether the answer has begun (its status went
+// out), so that an error met later is not written over it.
+type startedWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (w *startedWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.started = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *startedWriter) Write(b []byte) (int, error) {
+	w.started = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the writer's Flush and
+// deadlines.
+func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func requestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
@@ -327,16 +350,26 @@ func requestID(ctx context.Context) string {
 // OpenAI error body, logs the cause with the request id, and never lets a
 // panic take the process down.
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+	return func(rw http.ResponseWriter, r *http.Request) {
 		log := s.log.With("request_id", requestID(r.Context()), "path", r.URL.Path)
+		w := &startedWriter{ResponseWriter: rw}
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("handler panicked", "panic", p)
-				_ = openai.WriteError(w, openai.InternalError("internal error"))
+				if !w.started {
+					_ = openai.WriteError(w, openai.InternalError("internal error"))
+				}
 			}
 		}()
 		err := h(w, r)
 		if err == nil {
+			return
+		}
+		if w.started {
+			// The status is long sent (a stream under way): an error body
+			// now would land in the middle of it. The stream's own error
+			// event (responder.fail) is the client's word.
+			log.Error("request failed after its answer began", "err", err)
 			return
 		}
 		var resp *openai.ErrorResponse

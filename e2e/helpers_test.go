@@ -200,8 +200,12 @@ func (s *stream) until(pred func(json.RawMessage) bool) bool {
 	}
 }
 
-// rest reads the stream to its end.
+// rest reads the stream to its end, and closes it: a stream read only up
+// to its [DONE] may hold its connection, which is neither idle nor closed,
+// until the test's cleanup — after the test has checked that nothing was
+// left behind.
 func (s *stream) rest() answer {
+	defer s.close()
 	a := answer{status: s.resp.StatusCode, header: s.resp.Header}
 	for {
 		ev, err := s.ev.next()

@@ -58,6 +58,14 @@ if [ "$kube" = 1 ]; then
   trap 'kill "$assets_pid" 2>/dev/null || true; rm -f "$assets_out"' EXIT
 fi
 
+# python3 for the vllm-omni stage worker's tests (standard library only):
+# Debian's, installed when missing. The Go suite starts the worker with the
+# interpreter OMNIPD_PYTHON names.
+phase "python3 for the vllm-omni stage worker"
+OMNIPD_PYTHON="$(./scripts/python3.sh)"
+export OMNIPD_PYTHON
+echo "   $("$OMNIPD_PYTHON" --version) at $OMNIPD_PYTHON"
+
 phase gofmt
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -78,6 +86,9 @@ hang=30m
 # cores the phase took 239 s with two at once and 158 s with four, for the
 # same CPU time.
 parallel=4
+
+phase "vllm-omni stage worker (python3 -m unittest, against its stand-in engine)"
+"$OMNIPD_PYTHON" -W error -m unittest discover -s vllm-omni-stage/tests -t vllm-omni-stage
 
 phase "go test -race (all but kube/kubetest)"
 go test -race -count=1 -p "$parallel" -timeout "$hang" $(go list ./... | grep -v '/kube/kubetest$')

@@ -1,0 +1,1 @@
+"""Stand-in for vllm_omni/entrypoints (vllm-omni v0.32.0)."""

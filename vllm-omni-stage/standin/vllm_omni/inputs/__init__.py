@@ -1,0 +1,1 @@
+"""Stand-in for vllm_omni/inputs (vllm-omni v0.32.0)."""

@@ -1,0 +1,1 @@
+"""Tests of omnipd's vllm-omni stage worker (standard-library unittest)."""

@@ -46,7 +46,7 @@ var perPodEngineID = map[string]bool{"NixlConnector": true}
 // peer reaches it through the role Service omnipd names in the request id).
 var podAddressEnv = map[string]bool{"VLLM_NIXL_SIDE_CHANNEL_HOST": true, "VLLM_HOST_IP": true}
 
-// engineRole is one Thinker stage as a set of identical engine pods.
+// engineRole is one stage as a set of identical engine pods.
 type engineRole struct {
 	stage *deploy.Stage
 	// name is the name of the role's Service and Deployment.
@@ -63,17 +63,19 @@ type engineRole struct {
 	// ecStore is the directory the role's EC connector shares with the
 	// other end (ECExampleConnector's shared_storage_path), which its pods
 	// mount from the EC cache claim; "" when it shares none.
-	ecStore   string
+	ecStore string
+	// worker is what the pods of a stage worker share; nil for vllm serve.
+	worker    *stageWorker
 	container corev1.Container
 }
 
-func engineRoles(doc *deploy.Document, opts Options) ([]*engineRole, error) {
+func engineRoles(doc *deploy.Document, opts Options, worker *stageWorker) ([]*engineRole, error) {
 	if err := checkThinkerStages(doc, opts); err != nil {
 		return nil, err
 	}
 	roles := make([]*engineRole, 0, len(doc.Stages))
 	for _, s := range doc.Stages {
-		r, err := newEngineRole(s, opts)
+		r, err := newEngineRole(doc, s, opts, worker)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +84,8 @@ func engineRoles(doc *deploy.Document, opts Options) ([]*engineRole, error) {
 	return roles, nil
 }
 
-// newEngineRole builds the container of stage s's pods. Every pod of a role
+// newEngineRole builds the container of stage s's pods: vllm serve, or the
+// stage worker when worker is not nil. Every pod of a role
 // runs one pod template, so what the vllm plan varies between replicas on
 // one host varies here by pod, or not at all:
 //   - the HTTP port is EnginePort and the KV port the stage's first
@@ -91,7 +94,7 @@ func engineRoles(doc *deploy.Document, opts Options) ([]*engineRole, error) {
 //     CUDA_VISIBLE_DEVICES;
 //   - the engine id is the stage's, or the pod's name (perPodEngineID);
 //   - variables naming the pod's own address come from status.podIP.
-func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
+func newEngineRole(doc *deploy.Document, s *deploy.Stage, opts Options, worker *stageWorker) (*engineRole, error) {
 	if len(s.Replicas) == 0 {
 		return nil, fmt.Errorf("stage %d has no replicas", s.ID)
 	}
@@ -106,6 +109,7 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 		component: component,
 		host:      serviceHost(opts, name),
 		url:       serviceURL(opts, name, EnginePort),
+		worker:    worker,
 	}
 
 	first := s.Replicas[0]
@@ -134,11 +138,21 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 		tmpl.EngineID = r.engineID
 	}
 	r.ecStore, _ = deploy.ECSharedStorage(s)
-	cmd, err := launch.VLLMInstance(s, 0, tmpl, EnginePort, launch.VLLMOptions{
-		Model:           opts.Model,
-		Host:            "0.0.0.0",
-		ServedModelName: opts.ServedModelName,
-	})
+	var (
+		cmd     launch.VLLMCommand
+		err     error
+		program = 2 // vllm serve: the container's command, before its args
+	)
+	if worker != nil {
+		cmd, err = launch.StageWorkerInstance(doc, s, 0, tmpl, EnginePort, opts.stageWorkerOptions())
+		program = 3 // python3 -m omnipd_stage
+	} else {
+		cmd, err = launch.VLLMInstance(s, 0, tmpl, EnginePort, launch.VLLMOptions{
+			Model:           opts.Model,
+			Host:            "0.0.0.0",
+			ServedModelName: opts.ServedModelName,
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -179,11 +193,15 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 	}
 	gpus := resource.MustParse(strconv.Itoa(max(1, s.TensorParallelSize)))
 	health := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromString("http")}}
+	containerName, image := "vllm", opts.VLLMImage
+	if worker != nil {
+		containerName, image = "stage-worker", opts.StageImage
+	}
 	r.container = corev1.Container{
-		Name:    "vllm",
-		Image:   opts.VLLMImage,
-		Command: argv[:2],
-		Args:    argv[2:],
+		Name:    containerName,
+		Image:   image,
+		Command: argv[:program],
+		Args:    argv[program:],
 		Env:     env,
 		Ports:   ports,
 		Resources: corev1.ResourceRequirements{
@@ -202,6 +220,9 @@ func newEngineRole(s *deploy.Stage, opts Options) (*engineRole, error) {
 	}
 	if r.ecStore != "" {
 		r.container.VolumeMounts = append(r.container.VolumeMounts, corev1.VolumeMount{Name: ecCacheVolume, MountPath: r.ecStore})
+	}
+	if worker != nil {
+		r.container.VolumeMounts = append(r.container.VolumeMounts, worker.mounts()...)
 	}
 	return r, nil
 }
@@ -268,6 +289,9 @@ func fieldEnv(name, path string) corev1.EnvVar {
 }
 
 func (r *engineRole) labels(o Options) map[string]string {
+	if r.worker != nil {
+		return labels(o, stageWorkerName, r.component)
+	}
 	return labels(o, "vllm", r.component)
 }
 
@@ -287,8 +311,13 @@ func (r *engineRole) podTemplate(o Options) corev1.PodTemplateSpec {
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ECCacheClaim(o)}},
 		})
 	}
+	tmpl := metav1.ObjectMeta{Labels: r.labels(o)}
+	if r.worker != nil {
+		volumes = append(volumes, r.worker.volumes(o)...)
+		tmpl.Annotations = map[string]string{StageWorkerHashAnnotation: r.worker.hash}
+	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: r.labels(o)},
+		ObjectMeta: tmpl,
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{r.container},
 			Volumes:    volumes,
@@ -354,6 +383,9 @@ func disaggregatedSet(o Options, roles []*engineRole) *disaggv1.DisaggregatedSet
 	ds := &disaggv1.DisaggregatedSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: disaggv1.GroupVersion.String(), Kind: "DisaggregatedSet"},
 		ObjectMeta: meta(o, o.NamePrefix+"-thinker", labels(o, "vllm", "thinker")),
+	}
+	if len(roles) > 0 && roles[0].worker != nil {
+		ds.Labels = labels(o, stageWorkerName, "thinker")
 	}
 	for _, r := range roles {
 		ds.Spec.Roles = append(ds.Spec.Roles, disaggv1.DisaggregatedRoleSpec{

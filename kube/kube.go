@@ -1,12 +1,15 @@
-// Package kube renders a deploy config's text (thinker-only) topology as
-// Kubernetes objects: the vllm serve engines of the Thinker's prefill and
-// decode roles, and of its encoder role under E/P/D (one LWS
-// DisaggregatedSet with a role each, or a Deployment per role), a
-// ClusterIP Service per role, and the omnipd orchestrator (a
-// Deployment, its Service, and a ConfigMap holding the omnipd deploy config
-// whose stage endpoints are the role Services). The engines get the same
-// vllm serve arguments and environment that omnipd plan --target vllm gives
-// them; only addresses change (see engine.go).
+// Package kube renders a deploy config's topology as Kubernetes objects:
+// the engines of the Thinker's prefill and decode roles, and of its encoder
+// role under E/P/D (one LWS DisaggregatedSet with a role each, or a
+// Deployment per role), a Deployment for each of the Talker and Code2Wav,
+// a ClusterIP Service per role, and the omnipd orchestrator (a Deployment,
+// its Service, and a ConfigMap holding the omnipd deploy config whose stage
+// endpoints are the role Services). A text (thinker-only) pipeline runs on
+// vllm serve; a pipeline with a Talker runs every stage on omnipd's
+// vllm-omni stage worker, whose files and vllm-omni deploy config come from
+// two more ConfigMaps (see stageworker.go). The engines get the same
+// arguments and environment that omnipd plan --target vllm gives them; only
+// addresses change (see engine.go).
 //
 // Objects are built from the typed API structs of k8s.io/api and
 // sigs.k8s.io/lws and written as YAML. The package is pure: it contacts no
@@ -16,12 +19,14 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
+	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -76,6 +81,16 @@ type Options struct {
 	// VLLMImage is the image of the engine containers; it must have vllm on
 	// its PATH (default DefaultVLLMImage).
 	VLLMImage string
+	// StageImage is the image of the stage worker containers of a pipeline
+	// with a Talker; it must have python3 with vllm_omni importable
+	// (default DefaultStageImage).
+	StageImage string
+	// WorkerFiles are the stage worker's files its ConfigMap holds (default
+	// vllmomnistage.Files(), the ones this omnipd embeds).
+	WorkerFiles []vllmomnistage.File
+	// ConditioningLayer is the Thinker layer the Talker reads, as
+	// launch.VLLMOptions.ConditioningLayer (default there).
+	ConditioningLayer int
 	// Model is the checkpoint every engine serves (default
 	// launch.DefaultVLLMModel).
 	Model string
@@ -98,6 +113,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.VLLMImage == "" {
 		o.VLLMImage = DefaultVLLMImage
+	}
+	if o.StageImage == "" {
+		o.StageImage = DefaultStageImage
 	}
 	if o.Model == "" {
 		o.Model = launch.DefaultVLLMModel
@@ -122,51 +140,77 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // ErrNotRenderable is returned for topologies the Kubernetes target cannot
-// run as they are; the message says what to change. (Pipelines needing
-// the Talker or Code2Wav give launch.ErrNeedsThinkerConditioning, as the
-// vllm target does.)
+// run as they are; the message says what to change. (What the vllm target
+// refuses is refused here too, with its advice.)
 var ErrNotRenderable = errors.New("cannot render for Kubernetes")
 
 // Render builds the objects that run doc on Kubernetes, in the order to
-// apply them: the ConfigMap, the Services, the engine workloads, the
+// apply them: the ConfigMaps, the Services, the engine workloads, the
 // orchestrator Deployment.
 //
-// Only text (thinker-only) pipelines are rendered, for the reasons, and with
-// the advice, that launch.PlanVLLM gives. With WorkloadDisaggregatedSet the
-// Thinker must be split into prefill and decode (a pd: section or --pd).
+// What launch.PlanVLLM refuses is refused, with its advice. With
+// WorkloadDisaggregatedSet the Thinker must be split into prefill and
+// decode (a pd: section or --pd); the Talker and Code2Wav, which are no
+// role of the pair, are Deployments either way.
 func Render(doc *deploy.Document, opts Options) ([]Object, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	// The vllm plan refuses what vllm serve cannot run; the same topology
+	// The vllm plan refuses what its engines cannot run; the same topology
 	// cannot run on Kubernetes either.
-	if _, err := launch.PlanVLLM(doc, opts.vllm()); err != nil {
+	if _, err := launch.PlanVLLM(doc, opts.planOptions(doc)); err != nil {
 		return nil, err
 	}
-	roles, err := engineRoles(doc, opts)
+	var worker *stageWorker
+	if launch.NeedsStageWorkers(doc) {
+		if worker, err = newStageWorker(doc, opts); err != nil {
+			return nil, err
+		}
+	}
+	roles, err := engineRoles(doc, opts, worker)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := omnipdConfig(doc, roles)
+	served := doc
+	if worker != nil {
+		// omnipd asks the Thinker pods for the layer they capture.
+		served = launch.WithConditioningLayer(doc, launch.ConditioningLayer(doc, opts.stageWorkerOptions()))
+	}
+	cfg, err := omnipdConfig(served, roles)
 	if err != nil {
 		return nil, err
 	}
 
 	objs := []Object{configMap(opts, cfg)}
+	if worker != nil {
+		objs = append(objs, worker.configMaps(opts)...)
+	}
 	for _, r := range roles {
 		objs = append(objs, r.service(opts))
 	}
 	objs = append(objs, orchestratorService(opts))
 	switch opts.Workload {
 	case WorkloadDisaggregatedSet:
-		objs = append(objs, disaggregatedSet(opts, roles))
+		var pair []*engineRole
+		for _, r := range roles {
+			if r.stage.ModelStage == "thinker" {
+				pair = append(pair, r)
+			}
+		}
+		objs = append(objs, disaggregatedSet(opts, pair))
+		for _, r := range roles {
+			if r.stage.ModelStage != "thinker" {
+				objs = append(objs, r.deployment(opts))
+			}
+		}
 	case WorkloadDeployment:
 		for _, r := range roles {
 			objs = append(objs, r.deployment(opts))
 		}
 	}
-	objs = append(objs, orchestratorDeployment(opts, cfg))
+	colocated := !slices.ContainsFunc(doc.Stages, func(s *deploy.Stage) bool { return s.Role != topology.RoleFull })
+	objs = append(objs, orchestratorDeployment(opts, cfg, colocated))
 	return objs, nil
 }
 
@@ -178,7 +222,7 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := launch.PlanVLLM(doc, opts.vllm())
+	plan, err := launch.PlanVLLM(doc, opts.planOptions(doc))
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +240,7 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 			notes = append(notes, fmt.Sprintf("stage %d: %d %s pods behind one Service: %s", s.ID, s.NumReplicas, s.Role, why))
 		}
 	}
+	notes = append(notes, sharedDeviceNotes(doc)...)
 	for _, s := range doc.Stages {
 		if dir, ok := deploy.ECSharedStorage(s); ok && s.Role == topology.RoleEncoder {
 			notes = append(notes, fmt.Sprintf("stage %d: the encoder and prefill pods share the encoder outputs through %s at %s (shared_storage_path): they mount PersistentVolumeClaim %s there, which you provide (ReadWriteMany: the pods may run on different nodes)",
@@ -219,6 +264,32 @@ func (o Options) vllm() launch.VLLMOptions {
 		Model:           o.Model,
 		ServedModelName: o.ServedModelName,
 	}
+}
+
+// planOptions are the vllm plan's options for doc's engines in their pods.
+func (o Options) planOptions(doc *deploy.Document) launch.VLLMOptions {
+	if launch.NeedsStageWorkers(doc) {
+		return o.stageWorkerOptions()
+	}
+	return o.vllm()
+}
+
+// sharedDeviceNotes say where stages the config lays out on one device
+// each get GPUs of their own: the device plugin gives a GPU to one
+// container, so the Talker and Code2Wav, which vllm-omni's layout puts on
+// one device, take one each.
+func sharedDeviceNotes(doc *deploy.Document) []string {
+	var notes []string
+	for i, a := range doc.Stages {
+		for _, b := range doc.Stages[i+1:] {
+			shared := slices.DeleteFunc(slices.Clone(a.Devices), func(d int) bool { return !slices.Contains(b.Devices, d) })
+			if len(shared) > 0 {
+				notes = append(notes, fmt.Sprintf("stages %d (%s) and %d (%s) share device %s in the config; on Kubernetes each pod asks for GPUs of its own (%s), so they take separate GPUs",
+					a.ID, a.ModelStage, b.ID, b.ModelStage, topology.FormatDevices(shared), GPUResource))
+			}
+		}
+	}
+	return notes
 }
 
 // labels of every object of one component. The selector labels are the
@@ -251,14 +322,14 @@ func serviceHost(o Options, name string) string {
 }
 
 // checkThinkerStages refuses what the Kubernetes target cannot lay out: a
-// Thinker replica that already runs elsewhere, and (for a
-// DisaggregatedSet) a Thinker that is not split into prefill and decode.
+// replica that already runs elsewhere, and (for a DisaggregatedSet) a
+// Thinker that is not split into prefill and decode.
 func checkThinkerStages(doc *deploy.Document, opts Options) error {
 	var prefill, decode int
 	for _, s := range doc.Stages {
 		for i, r := range s.Replicas {
 			if r.Endpoint != "" {
-				return fmt.Errorf("%w: stage %d replica %d already runs at %s; the Kubernetes target runs every Thinker replica itself, so remove the stage's endpoints", ErrNotRenderable, s.ID, i, r.Endpoint)
+				return fmt.Errorf("%w: stage %d replica %d already runs at %s; the Kubernetes target runs every replica itself, so remove the stage's endpoints", ErrNotRenderable, s.ID, i, r.Endpoint)
 			}
 		}
 		if lmcachePD(s) {

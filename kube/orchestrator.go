@@ -88,19 +88,25 @@ func orchestratorService(o Options) *corev1.Service {
 	}
 }
 
-func orchestratorDeployment(o Options, cfg []byte) *appsv1.Deployment {
+func orchestratorDeployment(o Options, cfg []byte, colocated bool) *appsv1.Deployment {
 	sum := sha256.Sum256(cfg)
 	l := labels(o, "omnipd", orchestratorComponent)
+	command := []string{"omnipd", "serve",
+		"--config", path.Join(ConfigDir, ConfigKey),
+		"--host", "0.0.0.0",
+		"--port", strconv.Itoa(OrchestratorPort),
+		// omnipd forwards the client's model name to the engines.
+		"--served-model-name", o.ServedModelName,
+	}
+	if colocated {
+		// serve splits a Thinker by default, and cannot split one that
+		// runs at endpoints.
+		command = append(command, "--pd=false")
+	}
 	c := corev1.Container{
-		Name:  "omnipd",
-		Image: o.Image,
-		Command: []string{"omnipd", "serve",
-			"--config", path.Join(ConfigDir, ConfigKey),
-			"--host", "0.0.0.0",
-			"--port", strconv.Itoa(OrchestratorPort),
-			// omnipd forwards the client's model name to the engines.
-			"--served-model-name", o.ServedModelName,
-		},
+		Name:    "omnipd",
+		Image:   o.Image,
+		Command: command,
 		// The deployment secret omnipd sends the engines, and the API key
 		// clients must send omnipd, from the optional Secret.
 		Env: []corev1.EnvVar{

@@ -2,10 +2,13 @@ package kube_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kube"
 	"github.com/omnipd/omnipd/launch"
+	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,7 +27,19 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-const thinkingFixture = "../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe_thinking.yaml"
+const (
+	thinkingFixture = "../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe_thinking.yaml"
+	omniFixture     = "../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe.yaml"
+)
+
+// standInWorker stands for the stage worker's files in the goldens, which
+// pin the objects' shape rather than the worker's sources; the ConfigMap a
+// default rendering holds is checked against the embedded files instead
+// (TestRenderStageWorkersCarryTheEmbeddedWorker).
+var standInWorker = []vllmomnistage.File{
+	{Name: "omnipd_stage/__init__.py", Data: []byte("\"\"\"stand-in for the stage worker's package\"\"\"\n")},
+	{Name: "omnipd_stage/__main__.py", Data: []byte("import sys\nsys.exit(2)\n")},
+}
 
 // goldenCase is one golden file: a config, how it is loaded and rendered.
 type goldenCase struct {
@@ -34,7 +50,7 @@ type goldenCase struct {
 }
 
 // goldenCases cover every connector the vllm plan's goldens cover, xPyD,
-// and the Deployment workload.
+// the Deployment workload, and the pipeline with a Talker on stage workers.
 func goldenCases() []goldenCase {
 	var cases []goldenCase
 	for _, c := range []string{"MooncakeConnector", "NixlConnector", "P2pNcclConnector", "LMCacheConnectorV1", "MoRIIOConnector"} {
@@ -59,6 +75,24 @@ func goldenCases() []goldenCase {
 			path: thinkingFixture,
 			load: deploy.Options{PD: true, Connector: "NixlConnector"},
 			opts: kube.Options{Workload: kube.WorkloadDeployment, Namespace: "llm", NamePrefix: "qwen-omni", VLLMImage: "vllm/vllm-openai:v0.19.0", Image: "registry.example/omnipd:v1"},
+		},
+		goldenCase{
+			name: "omni_pd_nixl",
+			path: omniFixture,
+			load: deploy.Options{PD: true, Connector: "NixlConnector"},
+			opts: kube.Options{WorkerFiles: standInWorker},
+		},
+		goldenCase{
+			name: "omni_pd_mooncake_deployment",
+			path: omniFixture,
+			load: deploy.Options{PD: true, Connector: "MooncakeConnector"},
+			opts: kube.Options{Workload: kube.WorkloadDeployment, Namespace: "voice", NamePrefix: "omni",
+				StageImage: "registry.example/vllm-omni:v0.32.0", Image: "registry.example/omnipd:v1", WorkerFiles: standInWorker},
+		},
+		goldenCase{
+			name: "omni_colocated_deployment",
+			path: omniFixture,
+			opts: kube.Options{Workload: kube.WorkloadDeployment, WorkerFiles: standInWorker},
 		},
 	)
 }
@@ -190,10 +224,18 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 			}
 		}
 	}
-	if len(r.configMaps) != 1 {
-		t.Fatalf("%d ConfigMaps, want 1", len(r.configMaps))
+	workers := launch.NeedsStageWorkers(doc)
+	if wantCM := map[bool]int{false: 1, true: 3}[workers]; len(r.configMaps) != wantCM {
+		t.Fatalf("%d ConfigMaps, want %d", len(r.configMaps), wantCM)
 	}
-	wantSets, wantDeployments := 1, 1
+	// The Talker and Code2Wav are Deployments beside the P/D pair's set.
+	downstream := 0
+	for _, s := range doc.Stages {
+		if s.ModelStage != "thinker" {
+			downstream++
+		}
+	}
+	wantSets, wantDeployments := 1, 1+downstream
 	if opts.Workload == kube.WorkloadDeployment {
 		wantSets, wantDeployments = 0, 1+len(doc.Stages)
 	}
@@ -231,7 +273,12 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 	if err != nil {
 		t.Fatalf("the ConfigMap's omnipd config does not load: %v", err)
 	}
-	plan, err := launch.PlanVLLM(doc, launch.VLLMOptions{Model: opts.Model, ServedModelName: opts.ServedModelName})
+	vopts := launch.VLLMOptions{Model: opts.Model, ServedModelName: opts.ServedModelName}
+	if workers {
+		vopts.StageWorkerDir = kube.StageWorkerDir
+		vopts.StageDeployConfig = path.Join(kube.StageConfigDir, kube.StageConfigKey)
+	}
+	plan, err := launch.PlanVLLM(doc, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +302,16 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 		}
 		pod := podOf[svc.Name]
 		checkEngine(t, doc.Stages[i], s, pod, plan)
+		if workers {
+			checkStageWorkerPod(t, doc, opts, r, pod)
+			// omnipd asks a Thinker pod for the layer it captures.
+			if args := pod.Spec.Containers[0].Args; s.ModelStage == "thinker" {
+				i := slices.Index(args, "--conditioning-layer")
+				if v := s.EngineArgs.Get("accept_hidden_layer"); i < 0 || v == nil || args[i+1] != v.Value {
+					t.Errorf("config stage %d: accept_hidden_layer %v; its pods' args %q", s.ID, v, args)
+				}
+			}
+		}
 		replicas := podCount(r, pod)
 		if replicas != doc.Stages[i].NumReplicas {
 			t.Errorf("stage %d: %d pods, want num_replicas %d", s.ID, replicas, doc.Stages[i].NumReplicas)
@@ -286,6 +343,72 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 		if ref := secretRef(p.Spec.Containers[0], "VLLM_API_KEY"); !equality.Semantic.DeepEqual(ref, sent) {
 			t.Errorf("%s: VLLM_API_KEY from %+v, want what omnipd sends, %+v", name, ref, sent)
 		}
+	}
+}
+
+// checkStageWorkerPod checks what a stage worker pod reads: the worker's
+// package from the worker ConfigMap, mounted on its PYTHONPATH, holding
+// exactly the worker's files; the vllm-omni deploy config, where its
+// --deploy-config names it, holding the pipeline's; and the image for
+// stage workers, with a hash of both that rolls the pods when one changes.
+func checkStageWorkerPod(t *testing.T, doc *deploy.Document, opts kube.Options, r rendered, pod corev1.PodTemplateSpec) {
+	t.Helper()
+	c := pod.Spec.Containers[0]
+	name := c.Args[slices.Index(c.Args, "--stage-id")+1]
+	if want := cmp.Or(opts.StageImage, kube.DefaultStageImage); c.Image != want {
+		t.Errorf("stage worker %s: image %s, want %s", name, c.Image, want)
+	}
+	if !slices.Equal(c.Command, []string{"python3", "-m", "omnipd_stage"}) {
+		t.Errorf("stage worker %s: command %q", name, c.Command)
+	}
+	mounted := map[string]*corev1.ConfigMap{} // mount path -> ConfigMap
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 || pod.Spec.Volumes[i].ConfigMap == nil {
+			continue
+		}
+		j := slices.IndexFunc(r.configMaps, func(cm *corev1.ConfigMap) bool { return cm.Name == pod.Spec.Volumes[i].ConfigMap.Name })
+		if j < 0 {
+			t.Errorf("stage worker %s mounts ConfigMap %s, which is not rendered", name, pod.Spec.Volumes[i].ConfigMap.Name)
+			continue
+		}
+		if !m.ReadOnly {
+			t.Errorf("stage worker %s mounts %s writable", name, m.MountPath)
+		}
+		mounted[m.MountPath] = r.configMaps[j]
+	}
+	pythonPath := ""
+	for _, e := range c.Env {
+		if e.Name == "PYTHONPATH" {
+			pythonPath = e.Value
+		}
+	}
+	pkg := mounted[path.Join(strings.Split(pythonPath, ":")[0], "omnipd_stage")]
+	if pkg == nil {
+		t.Fatalf("stage worker %s: no ConfigMap mounted as omnipd_stage on PYTHONPATH %q (mounts %v)", name, pythonPath, c.VolumeMounts)
+	}
+	files := opts.WorkerFiles
+	if files == nil {
+		files = vllmomnistage.Files()
+	}
+	want := map[string]string{}
+	for _, f := range files {
+		want[f.Base()] = string(f.Data)
+	}
+	if !maps.Equal(pkg.Data, want) || len(pkg.BinaryData) > 0 {
+		t.Errorf("stage worker ConfigMap %s holds %d files, want the worker's %d", pkg.Name, len(pkg.Data)+len(pkg.BinaryData), len(want))
+	}
+	cfgPath := c.Args[slices.Index(c.Args, "--deploy-config")+1]
+	cfgMap := mounted[path.Dir(cfgPath)]
+	wantCfg, err := launch.StageDeployConfig(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfgMap == nil || cfgMap.Data[path.Base(cfgPath)] != string(wantCfg) {
+		t.Errorf("stage worker %s: --deploy-config %s is not the pipeline's vllm-omni deploy config", name, cfgPath)
+	}
+	if pod.Annotations[kube.StageWorkerHashAnnotation] == "" {
+		t.Errorf("stage worker %s: no %s annotation", name, kube.StageWorkerHashAnnotation)
 	}
 }
 
@@ -464,15 +587,48 @@ func itoa(i int) string {
 	return string(b)
 }
 
-func TestRenderRefusesTalker(t *testing.T) {
-	doc := load(t, "../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe.yaml", deploy.Options{PD: true, Connector: "MooncakeConnector"})
-	_, err := kube.Render(doc, kube.Options{})
-	if !errors.Is(err, launch.ErrNeedsThinkerConditioning) {
-		t.Fatalf("err = %v, want ErrNeedsThinkerConditioning", err)
+// What the goldens hold in place of the worker's sources: a rendering with
+// the default options carries the files this omnipd embeds, runs them in
+// vllm-omni's image of the release they are written against, and its pods
+// roll when the files change.
+func TestRenderStageWorkersCarryTheEmbeddedWorker(t *testing.T) {
+	doc := load(t, omniFixture, deploy.Options{PD: true, Connector: "NixlConnector"})
+	objs, err := kube.Render(doc, kube.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	checkWiring(t, doc, kube.Options{}, objs)
+	stand, err := kube.Render(doc, kube.Options{WorkerFiles: standInWorker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := func(objs []kube.Object) string {
+		return sortObjects(t, objs).pods()["deployment omnipd-talker"].Annotations[kube.StageWorkerHashAnnotation]
+	}
+	if hash(objs) == "" || hash(objs) == hash(stand) {
+		t.Errorf("the pods' %s is %q with the embedded worker and %q with another: want it to change with the files", kube.StageWorkerHashAnnotation, hash(objs), hash(stand))
+	}
+	if kube.DefaultStageImage != "vllm/vllm-omni:v"+vllmomnistage.VLLMOmniVersion {
+		t.Errorf("default stage image %s is not vllm-omni's of release %s", kube.DefaultStageImage, vllmomnistage.VLLMOmniVersion)
+	}
+}
+
+// A Talker pipeline is refused where the vllm target refuses it, with its
+// advice: an encoder stage in front of it has no stage worker yet.
+func TestRenderRefusesTalkerWithEncoder(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "epd.yaml")
+	abs, err := filepath.Abs(omniFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte("base_config: "+abs+"\npd:\n  connector: NixlConnector\n  encoder: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := load(t, cfg, deploy.Options{})
+	_, err = kube.Render(doc, kube.Options{})
 	_, vllmErr := launch.PlanVLLM(doc, launch.VLLMOptions{})
-	if err.Error() != vllmErr.Error() {
-		t.Errorf("advice %q differs from the vllm target's %q", err, vllmErr)
+	if err == nil || vllmErr == nil || err.Error() != vllmErr.Error() {
+		t.Errorf("Render: %v; want the vllm target's refusal, %v", err, vllmErr)
 	}
 }
 

@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/topology"
+	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
 )
 
 // Defaults of VLLMOptions.
@@ -34,6 +34,23 @@ type VLLMOptions struct {
 	// Model). omnipd forwards the client's model name, so omnipd serve must
 	// be started with the same --served-model-name.
 	ServedModelName string
+
+	// For pipelines with a Talker, which run on vllm-omni stage workers:
+	// StageWorkerDir is the directory on each worker's PYTHONPATH that
+	// holds the worker's package (default StageWorkerDir, relative to where
+	// the shell plan runs), StageDeployConfig the path of the vllm-omni
+	// deploy config the workers read (default StageDeployConfigFile), and
+	// WorkerFiles the worker's files the plan writes out (default
+	// vllmomnistage.Files(), the ones this omnipd embeds).
+	StageWorkerDir    string
+	StageDeployConfig string
+	WorkerFiles       []vllmomnistage.File
+	// ConditioningLayer is the Thinker layer whose hidden states the
+	// Talker reads (Qwen3-Omni's accept_hidden_layer): the Thinker stage
+	// workers capture it (--conditioning-layer) and omnipd serve asks for
+	// it (the omnipd config's accept_hidden_layer). Default: the Thinker
+	// stage's accept_hidden_layer, else DefaultConditioningLayer.
+	ConditioningLayer int
 }
 
 func (o VLLMOptions) withDefaults() VLLMOptions {
@@ -52,7 +69,8 @@ func (o VLLMOptions) withDefaults() VLLMOptions {
 	return o
 }
 
-// VLLMCommand is one vllm serve instance of a Thinker stage.
+// VLLMCommand is one planned engine instance: a vllm serve of a Thinker
+// stage, or (StageWorker) omnipd's vllm-omni stage worker of any stage.
 type VLLMCommand struct {
 	Stage   int    // stage id
 	Role    string // "prefill", "decode", "encoder" or "full"
@@ -60,22 +78,39 @@ type VLLMCommand struct {
 	// Name identifies the instance, e.g. "thinker-prefill-0".
 	Name string
 	// Argv is the command line: vllm serve MODEL --port ...
-	// [--ec-transfer-config JSON] [--kv-transfer-config JSON] ...
+	// [--ec-transfer-config JSON] [--kv-transfer-config JSON] ..., or
+	// python3 -m omnipd_stage MODEL --deploy-config FILE --stage-id N
+	// --port ... for a stage worker.
 	Argv []string
 	// Env is sorted KEY=VALUE: CUDA_VISIBLE_DEVICES, the connector's
-	// variables and the stage's env.
+	// variables and the stage's env; for a stage worker PYTHONPATH too,
+	// relative to where the plan runs unless absolute.
 	Env []string
+	// StageWorker: the instance runs omnipd's vllm-omni stage worker.
+	StageWorker bool
 	// URL is the base URL the omnipd config points at.
 	URL string
 }
 
-// VLLMPlan is how to run a deploy config's Thinker stages on stock vllm
-// serve instances and point omnipd at them.
+// VLLMPlan is how to run a deploy config's stages on GPU engines — a
+// thinker-only pipeline on stock vllm serve instances, a pipeline with a
+// Talker on vllm-omni stage workers — and point omnipd at them.
 type VLLMPlan struct {
 	Commands []VLLMCommand
-	// Config is the omnipd deploy config (YAML) whose Thinker replicas name
-	// the planned instances' endpoints.
+	// Config is the omnipd deploy config (YAML) whose replicas name the
+	// planned instances' endpoints.
 	Config []byte
+	// DeployConfig is the vllm-omni deploy config the stage workers read
+	// (StageDeployConfig), and WorkerFiles the worker's files; both are nil
+	// for a plan of vllm serve instances.
+	DeployConfig []byte
+	WorkerFiles  []vllmomnistage.File
+	// workerDir and deployConfig are where Shell writes them: the paths the
+	// stage workers' command lines name.
+	workerDir, deployConfig string
+	// colocated: the Thinker is one stage, which omnipd serve must not
+	// split (its --pd is on by default).
+	colocated bool
 	// Notes are things the operator should know: skipped stages, engine
 	// arguments not passed on, the served model name.
 	Notes []string
@@ -118,66 +153,33 @@ var negatableArgs = map[string]bool{
 	"enable_prefix_caching": true,
 }
 
-// ErrNeedsThinkerConditioning is returned for pipelines whose later stages
-// read the Thinker's hidden states, which vllm serve cannot export.
-var ErrNeedsThinkerConditioning = errors.New("pipeline needs Thinker conditioning")
-
-// PlanVLLM plans one vllm serve instance per replica of each Thinker stage
-// of doc that is not already running (has no endpoint), and the omnipd
-// config that drives them. It is pure: it starts and contacts nothing.
+// PlanVLLM plans one engine instance per replica of each stage of doc that
+// is not already running (has no endpoint), and the omnipd config that
+// drives them. It is pure: it starts and contacts nothing.
 //
-// Only text-only (thinker-only) pipelines can be planned: a stock vllm serve
-// runs neither the Talker nor Code2Wav, and cannot export the Thinker
-// conditioning the Talker reads.
+// A thinker-only (text) pipeline runs on stock vllm serve instances. A
+// pipeline with a Talker runs every stage on omnipd's vllm-omni stage
+// worker (see stageplan.go): a stock vllm serve runs neither the Talker nor
+// Code2Wav, and cannot export the Thinker conditioning the Talker reads.
 func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
 	opts = opts.withDefaults()
-	for _, s := range doc.Stages {
-		if s.ModelStage != "thinker" {
-			return nil, fmt.Errorf("%w: stage %d is a %s (pipeline %s); a stock vllm serve cannot run the Talker or Code2Wav, nor export the Thinker hidden states they read. Plan a thinker-only pipeline (pipeline: qwen3_omni_moe_thinker) for vLLM, or run the full pipeline on reference workers with omnipd serve",
-				ErrNeedsThinkerConditioning, s.ID, s.ModelStage, doc.Pipeline)
-		}
+	if NeedsStageWorkers(doc) {
+		return planStageWorkers(doc, opts)
 	}
 
-	plan := &VLLMPlan{ServedModelName: opts.ServedModelName}
-	kvPorts := map[int]string{}
-	for _, s := range doc.Stages {
-		for i, r := range s.Replicas {
-			if r.KVPort != 0 {
-				kvPorts[r.KVPort] = fmt.Sprintf("stage %d replica %d", s.ID, i)
-			}
-		}
-	}
-
-	// planned[stage index][replica] is the URL of a planned instance.
-	planned := make([][]string, len(doc.Stages))
-	port := opts.BasePort
-	for si, s := range doc.Stages {
-		if s.KV != nil && s.KV.Connector == deploy.DefaultKVConnector {
-			return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1 or MoRIIOConnector), or run reference workers with omnipd serve",
-				s.ID, s.KV.Connector)
-		}
+	plan := &VLLMPlan{ServedModelName: opts.ServedModelName, colocated: colocated(doc)}
+	planned, err := planReplicas(doc, opts, plan, func(s *deploy.Stage) (instanceFunc, error) {
 		if err := checkECConnector(s); err != nil {
 			return nil, err
 		}
 		args, notes := engineFlags(s)
 		plan.Notes = append(plan.Notes, notes...)
-		planned[si] = make([]string, len(s.Replicas))
-		for ri, r := range s.Replicas {
-			if r.Endpoint != "" {
-				plan.Notes = append(plan.Notes, fmt.Sprintf("stage %d replica %d already runs at %s; not planned", s.ID, ri, r.Endpoint))
-				continue
-			}
-			if owner, ok := kvPorts[port]; ok {
-				return nil, fmt.Errorf("stage %d replica %d: HTTP port %d is the KV port of %s; choose another --base-port", s.ID, ri, port, owner)
-			}
-			cmd, err := planInstance(s, ri, r, port, args, opts)
-			if err != nil {
-				return nil, err
-			}
-			planned[si][ri] = cmd.URL
-			plan.Commands = append(plan.Commands, cmd)
-			port++
-		}
+		return func(ri int, r topology.Replica, port int) (VLLMCommand, error) {
+			return planInstance(s, ri, r, port, args, opts)
+		}, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	plan.Notes = append(plan.Notes, ecNotes(doc)...)
 	if len(plan.Commands) == 0 {
@@ -192,6 +194,55 @@ func PlanVLLM(doc *deploy.Document, opts VLLMOptions) (*VLLMPlan, error) {
 	return plan, nil
 }
 
+// instanceFunc plans replica r (index ri) of one stage at HTTP port.
+type instanceFunc func(ri int, r topology.Replica, port int) (VLLMCommand, error)
+
+// planReplicas plans every replica of doc that has no endpoint yet, on
+// HTTP ports counted up from opts.BasePort in stage order, into plan: its
+// commands, and a note for each replica already running. forStage checks a
+// stage and returns how to plan its replicas. The result holds, by stage
+// index and replica, the URL of each planned instance.
+func planReplicas(doc *deploy.Document, opts VLLMOptions, plan *VLLMPlan, forStage func(*deploy.Stage) (instanceFunc, error)) ([][]string, error) {
+	kvPorts := map[int]string{}
+	for _, s := range doc.Stages {
+		for i, r := range s.Replicas {
+			if r.KVPort != 0 {
+				kvPorts[r.KVPort] = fmt.Sprintf("stage %d replica %d", s.ID, i)
+			}
+		}
+	}
+	planned := make([][]string, len(doc.Stages))
+	port := opts.BasePort
+	for si, s := range doc.Stages {
+		if s.KV != nil && s.KV.Connector == deploy.DefaultKVConnector {
+			return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1 or MoRIIOConnector), or run reference workers with omnipd serve",
+				s.ID, s.KV.Connector)
+		}
+		instance, err := forStage(s)
+		if err != nil {
+			return nil, err
+		}
+		planned[si] = make([]string, len(s.Replicas))
+		for ri, r := range s.Replicas {
+			if r.Endpoint != "" {
+				plan.Notes = append(plan.Notes, fmt.Sprintf("stage %d replica %d already runs at %s; not planned", s.ID, ri, r.Endpoint))
+				continue
+			}
+			if owner, ok := kvPorts[port]; ok {
+				return nil, fmt.Errorf("stage %d replica %d: HTTP port %d is the KV port of %s; choose another --base-port", s.ID, ri, port, owner)
+			}
+			cmd, err := instance(ri, r, port)
+			if err != nil {
+				return nil, err
+			}
+			planned[si][ri] = cmd.URL
+			plan.Commands = append(plan.Commands, cmd)
+			port++
+		}
+	}
+	return planned, nil
+}
+
 // VLLMInstance is the vllm serve command PlanVLLM gives replica r (index
 // ri) of Thinker stage s when it listens on opts.Host at port: the
 // replica's engine id, KV port and devices go where PlanVLLM puts them.
@@ -204,49 +255,72 @@ func VLLMInstance(s *deploy.Stage, ri int, r topology.Replica, port int, opts VL
 }
 
 func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineArgs []string, opts VLLMOptions) (VLLMCommand, error) {
+	cmd := newCommand(s, ri, port, opts)
+	flags, err := instanceFlags(s, r, port, opts, true)
+	if err != nil {
+		return VLLMCommand{}, err
+	}
+	cmd.Argv = append([]string{"vllm", "serve", opts.Model}, flags...)
+	cmd.Argv = append(cmd.Argv, engineArgs...)
+	cmd.Env = sortedEnv(instanceEnv(s, r, opts))
+	return cmd, nil
+}
+
+// newCommand names replica ri of stage s, listening at port, without its
+// command line.
+func newCommand(s *deploy.Stage, ri, port int, opts VLLMOptions) VLLMCommand {
 	role := s.Role.String()
 	name := s.ModelStage
 	if s.Role != topology.RoleFull {
 		name += "-" + role
 	}
 	name += "-" + strconv.Itoa(ri)
-	cmd := VLLMCommand{
+	return VLLMCommand{
 		Stage:   s.ID,
 		Role:    role,
 		Replica: ri,
 		Name:    name,
 		URL:     "http://" + net.JoinHostPort(opts.Host, strconv.Itoa(port)),
 	}
-	cmd.Argv = []string{"vllm", "serve", opts.Model,
-		"--host", opts.Host,
-		"--port", strconv.Itoa(port),
-		"--served-model-name", opts.ServedModelName,
-		"--tensor-parallel-size", strconv.Itoa(max(1, s.TensorParallelSize)),
+}
+
+// instanceFlags are the flags after the model that replica r of stage s
+// takes, on vllm serve and on the stage worker alike: where it listens, the
+// name it answers to (servedName), its parallelism and its transfer configs.
+func instanceFlags(s *deploy.Stage, r topology.Replica, port int, opts VLLMOptions, servedName bool) ([]string, error) {
+	flags := []string{"--host", opts.Host, "--port", strconv.Itoa(port)}
+	if servedName {
+		flags = append(flags, "--served-model-name", opts.ServedModelName)
 	}
+	flags = append(flags, "--tensor-parallel-size", strconv.Itoa(max(1, s.TensorParallelSize)))
 	if s.DataParallelSize > 1 {
 		// One API server over DP ranks on this host: vLLM's defaults
 		// (data_parallel_size_local = data_parallel_size, IPC between the
 		// API server and the engines, master ports it picks free) need no
 		// other --data-parallel-* flag, and each rank adds its DP index to
 		// VLLM_NIXL_SIDE_CHANNEL_PORT itself.
-		cmd.Argv = append(cmd.Argv, "--data-parallel-size", strconv.Itoa(s.DataParallelSize))
+		flags = append(flags, "--data-parallel-size", strconv.Itoa(s.DataParallelSize))
 	}
 	if s.EC != nil {
 		ec, err := ECTransferJSON(s, r)
 		if err != nil {
-			return VLLMCommand{}, fmt.Errorf("stage %d: ec_transfer_config: %w", s.ID, err)
+			return nil, fmt.Errorf("stage %d: ec_transfer_config: %w", s.ID, err)
 		}
-		cmd.Argv = append(cmd.Argv, "--ec-transfer-config", ec)
+		flags = append(flags, "--ec-transfer-config", ec)
 	}
 	if s.KV != nil {
 		kv, err := kvTransferJSON(s, r, port)
 		if err != nil {
-			return VLLMCommand{}, fmt.Errorf("stage %d: kv_transfer_config: %w", s.ID, err)
+			return nil, fmt.Errorf("stage %d: kv_transfer_config: %w", s.ID, err)
 		}
-		cmd.Argv = append(cmd.Argv, "--kv-transfer-config", kv)
+		flags = append(flags, "--kv-transfer-config", kv)
 	}
-	cmd.Argv = append(cmd.Argv, engineArgs...)
+	return flags, nil
+}
 
+// instanceEnv is the environment of replica r of stage s: the stage's env,
+// its devices and its connector's variables.
+func instanceEnv(s *deploy.Stage, r topology.Replica, opts VLLMOptions) map[string]string {
 	// The stage's env first: the per-instance values below are derived from
 	// the same config but differ between replicas, so they win.
 	env := map[string]string{}
@@ -285,11 +359,17 @@ func planInstance(s *deploy.Stage, ri int, r topology.Replica, port int, engineA
 			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
 		}
 	}
+	return env
+}
+
+// sortedEnv is env as sorted KEY=VALUE.
+func sortedEnv(env map[string]string) []string {
+	out := make([]string, 0, len(env))
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		out = append(out, k+"="+v)
 	}
-	slices.Sort(cmd.Env)
-	return cmd, nil
+	slices.Sort(out)
+	return out
 }
 
 // P2pNcclHost is the address omnipd encodes in a P2pNccl request id for an
@@ -499,7 +579,9 @@ const VLLMSecretFile = "omnipd-secret"
 
 // Shell renders p as a shell script (POSIX sh) meant to run in a terminal
 // of its own, or in the background with its own log. It fails at once when
-// vllm (or curl, with which it polls /health) is not on PATH; starts each
+// vllm (or curl, with which it polls /health) is not on PATH — for stage
+// workers, when python3 is not, or cannot import vllm_omni — and writes the
+// stage worker's files and the vllm-omni deploy config; starts each
 // instance in the background with its environment and its output in
 // NAME.log; writes the omnipd config to VLLMConfigFile; waits until every
 // instance answers /health (VLLM_READY_TIMEOUT seconds at most, 1800 by
@@ -509,30 +591,46 @@ const VLLMSecretFile = "omnipd-secret"
 // and exits 1; when it is stopped (Ctrl-C, SIGTERM) it stops them all.
 func (p *VLLMPlan) Shell() string {
 	var b strings.Builder
+	workers := p.WorkerFiles != nil || slices.ContainsFunc(p.Commands, func(c VLLMCommand) bool { return c.StageWorker })
+	engine, missing := "vllm serve instances", "vllm is missing"
+	if workers {
+		engine, missing = "vllm-omni stage workers", "python3 or vllm_omni is missing"
+	}
 	b.WriteString("#!/bin/sh\n")
-	fmt.Fprintf(&b, "# vllm serve instances for omnipd: %d planned.\n", len(p.Commands))
+	fmt.Fprintf(&b, "# %s for omnipd: %d planned.\n", engine, len(p.Commands))
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "# note: %s\n", n)
 	}
 	if len(p.Commands) > 0 {
-		b.WriteString(`#
+		fmt.Fprintf(&b, `#
 # Run it in a terminal of its own, or in the background with its own log:
 #   sh launch.sh > launch.log 2>&1 &
 # It starts every instance (each logs to NAME.log), waits until each answers
 # /health, prints the omnipd serve command to run next, and stays while the
-# instances run. It exits non-zero when vllm is missing or an instance exits,
+# instances run. It exits non-zero when %s or an instance exits,
 # stopping the others; stopping it (Ctrl-C, kill) stops them all.
-`)
+`, missing)
 	}
 	b.WriteString("set -eu\n")
 	if len(p.Commands) > 0 {
+		if workers {
+			install := fmt.Sprintf("install vllm-omni %[1]s (pip install vllm==%[1]s vllm-omni==%[1]s) or activate its environment, then run this again", vllmomnistage.VLLMOmniVersion)
+			fmt.Fprintf(&b, `
+command -v python3 >/dev/null 2>&1 || { echo "launch.sh: python3 is not on PATH: %[1]s" >&2; exit 127; }
+python3 -c 'import vllm_omni' >/dev/null 2>&1 || { echo "launch.sh: python3 cannot import vllm_omni: %[1]s" >&2; exit 127; }`, install)
+		} else {
+			b.WriteString(`
+command -v vllm >/dev/null 2>&1 || { echo "launch.sh: vllm is not on PATH: install vLLM or activate its environment, then run this again" >&2; exit 127; }`)
+		}
 		b.WriteString(`
-command -v vllm >/dev/null 2>&1 || { echo "launch.sh: vllm is not on PATH: install vLLM or activate its environment, then run this again" >&2; exit 127; }
 command -v curl >/dev/null 2>&1 || { echo "launch.sh: curl is not on PATH; this script polls each instance's /health with it" >&2; exit 127; }
 `)
 	}
 	fmt.Fprintf(&b, "\n# The deployment secret, made once and kept (owner-only) for omnipd serve --secret-file.\n")
 	fmt.Fprintf(&b, "[ -s %[1]s ] || (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > %[1]s)\n", VLLMSecretFile)
+	if workers && len(p.Commands) > 0 {
+		p.writeStageWorker(&b)
+	}
 	if len(p.Commands) > 0 {
 		b.WriteString(`
 # name|pid|url of each instance started; every one is stopped when this script ends.
@@ -554,9 +652,10 @@ failed() {
 		fmt.Fprintf(&b, "VLLM_API_KEY=\"$(cat %s)\" \\\n", VLLMSecretFile)
 		for _, e := range c.Env {
 			k, v, _ := strings.Cut(e, "=")
-			fmt.Fprintf(&b, "%s=%s \\\n", k, shellQuote(v))
+			fmt.Fprintf(&b, "%s=%s \\\n", k, shellEnvValue(c, k, v))
 		}
-		// vllm serve MODEL on the first line, then a flag and its values per line.
+		// The command and its model on the first line, then a flag and its
+		// values per line.
 		b.WriteString(shellQuote(c.Argv[0]))
 		for i := 1; i < len(c.Argv); i++ {
 			a := c.Argv[i]
@@ -570,7 +669,7 @@ failed() {
 		fmt.Fprintf(&b, " > %s 2>&1 &\n", shellQuote(c.Name+".log"))
 		fmt.Fprintf(&b, "started %s $! %s\n", shellQuote(c.Name), shellQuote(c.URL))
 	}
-	serveCmd := fmt.Sprintf("omnipd serve --config %s --secret-file %s --served-model-name %s", VLLMConfigFile, VLLMSecretFile, shellQuote(p.ServedModelName))
+	serveCmd := p.ServeCommand()
 	fmt.Fprintf(&b, "\n# The omnipd config naming these instances, for:\n#   %s\n", serveCmd)
 	fmt.Fprintf(&b, "cat > %s <<'EOF'\n", VLLMConfigFile)
 	b.Write(p.Config)
@@ -606,6 +705,44 @@ while :; do
 done
 `)
 	return b.String()
+}
+
+// ServeCommand is the omnipd serve command that drives the planned
+// instances, with the config and secret file Shell writes: omnipd serve
+// splits a Thinker by default, so a plan whose Thinker is one stage says
+// --pd=false.
+func (p *VLLMPlan) ServeCommand() string {
+	cmd := fmt.Sprintf("omnipd serve --config %s --secret-file %s --served-model-name %s", VLLMConfigFile, VLLMSecretFile, shellQuote(p.ServedModelName))
+	if p.colocated {
+		cmd += " --pd=false"
+	}
+	return cmd
+}
+
+// colocated reports whether doc's Thinker is one stage, neither split into
+// prefill and decode nor fronted by an encoder.
+func colocated(doc *deploy.Document) bool {
+	return !slices.ContainsFunc(doc.Stages, func(s *deploy.Stage) bool { return s.Role != topology.RoleFull })
+}
+
+// shellEnvValue is the shell word for variable k=v of c. A stage worker's
+// PYTHONPATH starts with the worker's directory, which the plan names
+// relative to where the script runs and the workers get as an absolute
+// path, and ends with the PYTHONPATH the script runs with: where its
+// python3 found vllm_omni, it must find it again.
+func shellEnvValue(c VLLMCommand, k, v string) string {
+	if !c.StageWorker || k != "PYTHONPATH" {
+		return shellQuote(v)
+	}
+	first, rest, more := strings.Cut(v, ":")
+	w := shellQuote(first)
+	if !strings.HasPrefix(first, "/") {
+		w = `"$PWD"/` + w
+	}
+	if more {
+		w += shellQuote(":" + rest)
+	}
+	return w + "${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 // shellQuote quotes s for sh when it needs it, in single quotes.

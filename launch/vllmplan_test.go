@@ -1,7 +1,6 @@
 package launch_test
 
 import (
-	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -198,18 +197,6 @@ func TestPlanVLLMSkipsRunningReplicas(t *testing.T) {
 }
 
 func TestPlanVLLMErrors(t *testing.T) {
-	t.Run("talker", func(t *testing.T) {
-		doc := loadFile(t, "../deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe.yaml", deploy.Options{PD: true, Connector: "MooncakeConnector"})
-		_, err := launch.PlanVLLM(doc, launch.VLLMOptions{})
-		if !errors.Is(err, launch.ErrNeedsThinkerConditioning) {
-			t.Fatalf("err = %v, want ErrNeedsThinkerConditioning", err)
-		}
-		for _, want := range []string{"needs Thinker conditioning", "talker", "qwen3_omni_moe_thinker", "omnipd serve"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q does not say %q", err, want)
-			}
-		}
-	})
 	t.Run("reference connector", func(t *testing.T) {
 		doc := loadFile(t, thinkingFixture, deploy.Options{PD: true, Connector: "ReferenceConnector"})
 		_, err := launch.PlanVLLM(doc, launch.VLLMOptions{})

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/launch"
 	"github.com/spf13/cobra"
 )
 
@@ -68,15 +69,21 @@ func loadConfig(path string, opts deploy.Options, stderr io.Writer) (*deploy.Doc
 }
 
 func newValidateCmd() *cobra.Command {
-	var flags configFlags
+	var (
+		flags configFlags
+		model string
+	)
 	cmd := &cobra.Command{
-		Use:   "validate [FILE]",
+		Use:   "validate [--model M] [FILE]",
 		Short: "Check a deploy config and summarise its topology",
 		Long: `validate loads a deploy config (vllm-omni stages: or legacy stage_args:),
 applies base_config, the chosen platform and PD expansion, and checks every
 topology invariant. It exits 0 and prints a summary, or exits 1 and prints
 each error with file:line:column and field path on stderr. Without FILE it
-checks omnipd's embedded default.`,
+checks omnipd's embedded default. For a config whose stages run on vllm-omni
+stage workers (what omnipd plan writes for a pipeline with a Talker) it adds
+what a deployment still needs: the checkpoint (--model, as given to plan),
+the vllm-omni release, python3 with vllm_omni, and each stage's GPUs.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := loadConfig(fileArg(args), flags.options(), cmd.ErrOrStderr())
@@ -84,10 +91,14 @@ checks omnipd's embedded default.`,
 				return err
 			}
 			fmt.Fprint(cmd.OutOrStdout(), doc.Summary())
+			for _, line := range deploymentNeeds(doc, model) {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
 			return nil
 		},
 	}
 	flags.register(cmd)
+	cmd.Flags().StringVar(&model, "model", launch.DefaultVLLMModel, "checkpoint the stage workers serve (as plan --model), for what a deployment still needs")
 	return cmd
 }
 

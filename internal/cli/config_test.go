@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/omnipd/omnipd/launch"
+	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
 )
 
 // validate reports every independent mistake of a config in one run, each
@@ -79,5 +82,56 @@ stages:
 				t.Errorf("stderr:\n%s\nwant:\n%s", errOut, want)
 			}
 		})
+	}
+}
+
+// validate on the config a plan writes for a pipeline with a Talker (every
+// stage a vllm-omni stage worker at an endpoint) says, a line each, what a
+// real deployment of it still needs: the checkpoint, the vllm-omni release
+// the worker is written against, python3 with vllm_omni, the GPUs of each
+// stage. A config omnipd serves on its own workers says none of it.
+func TestValidateNamesWhatAStageWorkerDeploymentNeeds(t *testing.T) {
+	var script, errOut strings.Builder
+	if err := runPlan(fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: "NixlConnector"}, launch.VLLMOptions{}, &script, &errOut); err != nil {
+		t.Fatalf("plan: %v\n%s", err, errOut.String())
+	}
+	planned, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	if !ok {
+		t.Fatal("the plan writes no config")
+	}
+	cfg := filepath.Join(t.TempDir(), launch.VLLMConfigFile)
+	if err := os.WriteFile(cfg, planned, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{
+			"  checkpoint: Qwen/Qwen3-Omni-30B-A3B-Instruct (--model) from the Hugging Face Hub",
+			"  vllm-omni " + vllmomnistage.VLLMOmniVersion + " on every stage host",
+			"  python3 that imports vllm_omni on every stage host",
+			"  GPUs: [0] thinker prefill 1 per instance x1 (devices 0); [1] thinker decode 1 per instance x1 (devices 1); [2] talker 1 per instance x1 (devices 2); [3] code2wav 1 per instance x1 (devices 2)\n",
+		}},
+		{[]string{"--model", local}, []string{"  checkpoint: the local directory " + local + " (--model): every stage host needs it at this path"}},
+		{[]string{"--model", "/models/qwen3-omni"}, []string{"  checkpoint: /models/qwen3-omni (--model) is no directory here"}},
+	} {
+		code, out, errOut := run(t, append(append([]string{"validate"}, c.args...), cfg)...)
+		if code != 0 {
+			t.Fatalf("validate %v: exit %d\n%s", c.args, code, errOut)
+		}
+		if !strings.Contains(out, "still needs:\n") {
+			t.Errorf("validate %v does not say what a deployment still needs:\n%s", c.args, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("validate %v lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+	code, out, _ := run(t, "validate", "--pd", fixtures+"qwen3_omni_moe.yaml")
+	if code != 0 || strings.Contains(out, "still needs") {
+		t.Errorf("validate of a config on omnipd's own workers: exit %d\n%s", code, out)
 	}
 }

@@ -3,15 +3,21 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +26,7 @@ import (
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -316,4 +323,524 @@ func (w *signalWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// plannedServe is what an operator runs after a plan: its omnipd config in
+// a directory of its own, and the serve command the plan prints, as
+// arguments of omnipd with the files it names in that directory.
+type plannedServe struct {
+	dir  string
+	cfg  []byte
+	args []string
+}
+
+// vllmPlanServe runs plan --target vllm on config and takes the omnipd
+// config and the serve command from the script.
+func vllmPlanServe(t *testing.T, config string, flags configFlags, opts launch.VLLMOptions) (plannedServe, string) {
+	t.Helper()
+	var script, errOut bytes.Buffer
+	if err := runPlan(config, flags, opts, &script, &errOut); err != nil {
+		t.Fatalf("plan --target vllm %s: %v\n%s", config, err, errOut.String())
+	}
+	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	if !ok {
+		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+	}
+	_, next, ok := strings.Cut(script.String(), "Next, in another terminal:\"\necho '  ")
+	if !ok {
+		t.Fatalf("the plan prints no serve command:\n%s", script.String())
+	}
+	line, _, _ := strings.Cut(next, "'\n")
+	p := plannedServe{dir: t.TempDir(), cfg: cfg}
+	fields := strings.Fields(line)
+	if len(fields) < 2 || fields[0] != "omnipd" || fields[1] != "serve" {
+		t.Fatalf("serve command %q", line)
+	}
+	for i := 1; i < len(fields); i++ {
+		a := fields[i]
+		if (a == "--config" || a == "--secret-file") && i+1 < len(fields) {
+			p.args = append(p.args, a, filepath.Join(p.dir, fields[i+1]))
+			i++
+			continue
+		}
+		p.args = append(p.args, a)
+	}
+	if err := os.WriteFile(filepath.Join(p.dir, launch.VLLMConfigFile), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// What the script makes once: the deployment secret, owner-only.
+	if err := os.WriteFile(filepath.Join(p.dir, launch.VLLMSecretFile), []byte("planned-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p, script.String()
+}
+
+// kubePlanServe runs plan --target kubernetes on config and takes the
+// omnipd config from its ConfigMap and the serve command from the
+// orchestrator Deployment, its --config in a directory of its own and on
+// a loopback port.
+func kubePlanServe(t *testing.T, config string, flags configFlags, kopts kube.Options) (plannedServe, []kube.Object) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := runPlanKube(config, flags, kopts, &out, &errOut); err != nil {
+		t.Fatalf("plan --target kubernetes %s: %v\n%s", config, err, errOut.String())
+	}
+	objs, err := kube.ReadYAML(strings.NewReader(out.String()))
+	if err != nil {
+		t.Fatalf("the plan does not decode into objects: %v", err)
+	}
+	p := plannedServe{dir: t.TempDir()}
+	var command []string
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			if c, ok := o.Data[kube.ConfigKey]; ok && o.Name == kopts.NamePrefix+"-config" {
+				p.cfg = []byte(c)
+			}
+		case *appsv1.Deployment:
+			if o.Name == kopts.NamePrefix {
+				command = o.Spec.Template.Spec.Containers[0].Command
+			}
+		}
+	}
+	if p.cfg == nil || len(command) < 2 || command[0] != "omnipd" || command[1] != "serve" {
+		t.Fatalf("the plan holds no omnipd config (%d bytes) or serve command %q", len(p.cfg), command)
+	}
+	path := filepath.Join(p.dir, kube.ConfigKey)
+	if err := os.WriteFile(path, p.cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(command); i++ {
+		switch command[i] {
+		case "--config":
+			p.args = append(p.args, "--config", path)
+			i++
+		case "--host", "--port":
+			i++ // the pod's; the test serves on loopback
+		default:
+			p.args = append(p.args, command[i])
+		}
+	}
+	return p, objs
+}
+
+// serveOptions are the deploy options serve loads its --config with,
+// given its --pd flag.
+func (p plannedServe) loadOptions() deploy.Options {
+	if slices.Contains(p.args, "--pd=false") {
+		return deploy.Options{Colocated: true}
+	}
+	return deploy.Options{PD: true}
+}
+
+// start runs omnipd with p's arguments on a free loopback port until the
+// test ends, and returns serve's base URL once it serves.
+func (p plannedServe) start(t *testing.T) (string, *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, logs := &lockedBuffer{}, &lockedBuffer{}
+	var code int
+	exited := make(chan struct{})
+	args := append(slices.Clone(p.args), "--host", "127.0.0.1", "--port", "0")
+	go func() { code = Run(ctx, args, out, logs); close(exited) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+			if code != 0 && !t.Failed() {
+				t.Errorf("omnipd %s exited %d:\n%s", strings.Join(args, " "), code, logs.String())
+			}
+		case <-time.After(time.Minute):
+			t.Error("serve did not stop")
+		}
+	})
+	addr := regexp.MustCompile(`omnipd serving .* on (http://\S+)`)
+	// A safety bound only: serve starts at once with every stage down.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(out.String()); m != nil {
+			return m[1], logs
+		}
+		select {
+		case <-exited:
+			t.Fatalf("omnipd %s exited %d, refusing the planned config:\n%s\n%s\nconfig:\n%s", strings.Join(args, " "), code, out.String(), logs.String(), p.cfg)
+		default:
+		}
+	}
+	t.Fatalf("serve did not start:\n%s\n%s", out.String(), logs.String())
+	return "", nil
+}
+
+// talkerPlans are the pipelines with a Talker a plan runs on vllm-omni stage
+// workers: split over two connectors, xPyD with the batch hand-off, and
+// unsplit.
+var talkerPlans = []struct {
+	name, config string
+	flags        configFlags
+}{
+	{"pd_mooncake", fixtures + "qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.MooncakeConnector}},
+	{"pd_nixl", fixtures + "qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}},
+	{"2p1d_batch", "../../launch/testdata/omni_2p1d_batch.yaml", configFlags{}},
+	{"colocated", fixtures + "qwen3_omni_moe.yaml", configFlags{}},
+}
+
+// A pipeline with a Talker planned for vllm-omni stage workers is one serve
+// takes as the plan says to start it: the config loads with serve's
+// options, every replica of every stage — Thinker, Talker, Code2Wav — names
+// the instance the plan starts for it, and serve serves.
+func TestPlanTalkerPipelineConfigIsServed(t *testing.T) {
+	t.Setenv("OMNIPD_SECRET", "")
+	t.Setenv("OMNIPD_API_KEY", "")
+	planned := regexp.MustCompile(`(?m)^# \S+: stage (\d+) \(\w+\), replica (\d+) -> (\S+)$`)
+	for _, c := range talkerPlans {
+		t.Run(c.name, func(t *testing.T) {
+			p, script := vllmPlanServe(t, c.config, c.flags, launch.VLLMOptions{BasePort: freePort(t)})
+			doc, err := loadConfig(filepath.Join(p.dir, launch.VLLMConfigFile), p.loadOptions(), io.Discard)
+			if err != nil {
+				t.Fatalf("serve's options refuse the planned config:\n%s", p.cfg)
+			}
+			urls := map[string]string{}
+			for _, m := range planned.FindAllStringSubmatch(script, -1) {
+				urls[m[1]+"/"+m[2]] = m[3]
+			}
+			n := 0
+			for _, s := range doc.Stages {
+				for i, r := range s.Replicas {
+					n++
+					if want := urls[fmt.Sprintf("%d/%d", s.ID, i)]; r.Endpoint == "" || r.Endpoint != want {
+						t.Errorf("stage %d (%s) replica %d: endpoint %q, want the planned instance %q", s.ID, s.ModelStage, i, r.Endpoint, want)
+					}
+				}
+			}
+			if n != len(urls) || !slices.ContainsFunc(doc.Stages, func(s *deploy.Stage) bool { return s.ModelStage == "code2wav" }) {
+				t.Errorf("%d replicas in the config, %d planned instances", n, len(urls))
+			}
+			p.start(t)
+		})
+	}
+	for _, c := range []struct {
+		name, config string
+		flags        configFlags
+		workload     kube.Workload
+	}{
+		{"kubernetes_pd_nixl", fixtures + "qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}, kube.WorkloadDisaggregatedSet},
+		{"kubernetes_colocated", fixtures + "qwen3_omni_moe.yaml", configFlags{}, kube.WorkloadDeployment},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
+				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, StageImage: kube.DefaultStageImage,
+				Workload: c.workload, Model: launch.DefaultVLLMModel}
+			p, objs := kubePlanServe(t, c.config, c.flags, kopts)
+			doc, err := loadConfig(filepath.Join(p.dir, kube.ConfigKey), p.loadOptions(), io.Discard)
+			if err != nil {
+				t.Fatalf("serve's options refuse the planned config:\n%s", p.cfg)
+			}
+			services := map[string]bool{}
+			for _, o := range objs {
+				if svc, ok := o.(*corev1.Service); ok {
+					services[fmt.Sprintf("http://%s.%s.svc:%d", svc.Name, svc.Namespace, kube.EnginePort)] = true
+				}
+			}
+			for _, s := range doc.Stages {
+				for i, r := range s.Replicas {
+					if !services[r.Endpoint] {
+						t.Errorf("stage %d (%s) replica %d: endpoint %q is no rendered Service", s.ID, s.ModelStage, i, r.Endpoint)
+					}
+				}
+			}
+			p.start(t)
+		})
+	}
+}
+
+// fakeStage stands for a stage worker at a planned endpoint: /health is 503
+// until it is ready (the worker's engine loading), and every other path
+// requires the deployment secret, as the stage worker's contract says.
+type fakeStage struct {
+	ready  chan struct{}
+	secret string
+}
+
+func (f *fakeStage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		select {
+		case <-f.ready:
+		default:
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+			return
+		}
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+f.secret {
+		http.Error(w, `{"error":{"message":"Unauthorized"}}`, http.StatusUnauthorized)
+		return
+	}
+	if r.URL.Path == "/v1/models" {
+		io.WriteString(w, `{"object":"list","data":[]}`)
+		return
+	}
+	http.NotFound(w, r)
+}
+
+// serve's /health is ready only when every stage is: with every stage
+// worker of the plan but the Talker ready, it is 503 and names the Talker;
+// once the Talker is ready too, 200. (Readiness covers every stage's
+// instances, those at endpoints serve did not start included: serve adds
+// each to its readiness targets, internal/cli/serve.go.)
+func TestPlanTalkerPipelineHealthWaitsForEveryStage(t *testing.T) {
+	t.Setenv("OMNIPD_SECRET", "")
+	t.Setenv("OMNIPD_API_KEY", "")
+	// Four instances on consecutive ports, each held by its fake from the
+	// start, so no other process can answer for them.
+	var lns []net.Listener
+	for range 50 {
+		lns = nil
+		first, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, first)
+		base := first.Addr().(*net.TCPAddr).Port
+		for i := 1; i < 4; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) == 4 {
+			break
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if len(lns) != 4 {
+		t.Fatal("no 4 consecutive free ports")
+	}
+	base := lns[0].Addr().(*net.TCPAddr).Port
+	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}, launch.VLLMOptions{BasePort: base})
+	secret, err := os.ReadFile(filepath.Join(p.dir, launch.VLLMSecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := make([]*fakeStage, 4) // prefill, decode, Talker, Code2Wav, in port order
+	for i, ln := range lns {
+		stages[i] = &fakeStage{ready: make(chan struct{}), secret: strings.TrimSpace(string(secret))}
+		srv := &http.Server{Handler: stages[i]}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	for _, i := range []int{0, 1, 3} {
+		close(stages[i].ready)
+	}
+	url, _ := p.start(t)
+
+	// The Thinker's halves and Code2Wav are ready, the Talker is loading.
+	status, body := getHealth(t, url)
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "stage 2 (talker)") || strings.Contains(body, "code2wav") {
+		t.Fatalf("/health with the Talker loading = %d %q; want 503 naming only the Talker", status, body)
+	}
+	close(stages[2].ready)
+	// serve reuses a readiness answer for a second (stageclient.DefaultReadyTTL).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if status, body = getHealth(t, url); status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/health with every stage ready = %d %q; want 200", status, body)
+		}
+	}
+}
+
+// A Thinker the plan leaves colocated runs at its endpoints as one stage,
+// which serve, splitting a Thinker by default, must be told to keep: the
+// serve command the plans give says --pd=false, for thinker-only pipelines
+// as for those with a Talker.
+func TestPlanColocatedThinkerIsServedAsPrinted(t *testing.T) {
+	t.Setenv("OMNIPD_SECRET", "")
+	t.Setenv("OMNIPD_API_KEY", "")
+	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe_thinking.yaml", configFlags{}, launch.VLLMOptions{BasePort: freePort(t)})
+	if !slices.Contains(p.args, "--pd=false") {
+		t.Errorf("serve command %q: want --pd=false", p.args)
+	}
+	p.start(t)
+	kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix, Workload: kube.WorkloadDeployment}
+	k, _ := kubePlanServe(t, fixtures+"qwen3_omni_moe_thinking.yaml", configFlags{}, kopts)
+	k.start(t)
+}
+
+// stageWorkerPython is the python3 that runs omnipd's stage worker in
+// tests: OMNIPD_PYTHON (scripts/test.sh sets it), else the system's.
+func stageWorkerPython(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("OMNIPD_PYTHON"), "/usr/bin/python3"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath("python3"); err == nil {
+		return p
+	}
+	t.Fatal("no python3 (OMNIPD_PYTHON, /usr/bin/python3 or on PATH): the vllm-omni stage worker is Python; install it and run the test again")
+	return ""
+}
+
+// The whole route as an operator takes it, on omnipd's real stage worker
+// over its stand-in for vllm-omni: plan a spoken pipeline, run the script
+// (which writes the worker and its vllm-omni deploy config and starts the
+// four stage workers), run the serve command it prints, and get a spoken
+// answer — text from the Thinker's decode, a WAV through the Talker and
+// Code2Wav.
+func TestPlannedStageWorkersServeASpokenAnswer(t *testing.T) {
+	t.Setenv("OMNIPD_SECRET", "")
+	t.Setenv("OMNIPD_API_KEY", "")
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// Free ports for the four instances and for NIXL's side channels.
+	var ports []int
+	for range 6 {
+		ports = append(ports, freePort(t))
+	}
+	cfg := filepath.Join(dir, "deploy.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "base_config: %s\npd:\n  connector: NixlConnector\n  prefill:\n    kv_port: %d\n  decode:\n    kv_port: %d\n",
+		filepath.Join(repo, "deploy/testdata/fixtures/vllm-omni/qwen3_omni_moe.yaml"), ports[4], ports[5]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := freePortRunCLI(t, 4)
+	var script, errOut bytes.Buffer
+	if err := runPlan(cfg, configFlags{}, launch.VLLMOptions{Model: "standin-model", BasePort: base}, &script, &errOut); err != nil {
+		t.Fatalf("plan: %v\n%s", err, errOut.String())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "launch.sh"), script.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(stageWorkerPython(t), filepath.Join(bin, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "launch.sh")
+	cmd.Dir = dir
+	cmd.Env = []string{"HOME=" + dir, "PATH=" + bin + ":/usr/bin:/bin", "PYTHONUNBUFFERED=1",
+		// Where this python3 finds vllm_omni: the stand-in.
+		"PYTHONPATH=" + filepath.Join(repo, "vllm-omni-stage", "standin")}
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+		}
+		// The script stops its workers as it ends; they are gone once
+		// their ports refuse connections.
+		for i := range 4 {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+				c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+				if err != nil {
+					break
+				}
+				c.Close()
+				if time.Now().After(deadline) {
+					t.Errorf("the stage worker on port %d outlived launch.sh", base+i)
+					break
+				}
+			}
+		}
+	})
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out.String(), "every instance is ready"); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			t.Fatalf("launch.sh exited:\n%s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stage workers are not ready:\n%s", out.String())
+		}
+	}
+
+	_, next, _ := strings.Cut(out.String(), "Next, in another terminal:\n")
+	line, _, _ := strings.Cut(strings.TrimSpace(next), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 2 || fields[0] != "omnipd" {
+		t.Fatalf("launch.sh printed %q to run next", line)
+	}
+	p := plannedServe{dir: dir}
+	for i := 1; i < len(fields); i++ {
+		p.args = append(p.args, fields[i])
+		if fields[i] == "--config" || fields[i] == "--secret-file" {
+			p.args = append(p.args, filepath.Join(dir, fields[i+1]))
+			i++
+		}
+	}
+	url, _ := p.start(t)
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"standin-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := roundTrip(t, req)
+	var answer struct {
+		Choices []struct {
+			Message struct {
+				Content *string `json:"content"`
+				Audio   *struct {
+					Data string `json:"data"`
+				} `json:"audio"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(body), &answer); status != http.StatusOK || err != nil {
+		t.Fatalf("chat completion: %d %v\n%.600s", status, err, body)
+	}
+	var text, wav bool
+	for _, c := range answer.Choices {
+		text = text || c.Message.Content != nil && *c.Message.Content != ""
+		wav = wav || c.Message.Audio != nil && strings.HasPrefix(c.Message.Audio.Data, "UklGR") // "RIFF"
+	}
+	if !text || !wav {
+		t.Errorf("the answer has text %v and a WAV %v; want both:\n%.600s", text, wav, body)
+	}
+}
+
+// freePortRunCLI is a port p with p..p+n-1 free, for a plan of n instances.
+func freePortRunCLI(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		var held []net.Listener
+		first, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, first)
+		p := first.Addr().(*net.TCPAddr).Port
+		for i := 1; i < n; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
+			if err != nil {
+				break
+			}
+			held = append(held, ln)
+		}
+		for _, ln := range held {
+			ln.Close()
+		}
+		if len(held) == n {
+			return p
+		}
+	}
+	t.Fatalf("no %d adjacent free ports", n)
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/kube"
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 // The kubernetes target prints exactly the kube package's goldens, which
@@ -76,8 +77,8 @@ func TestPlanKubernetesRefuses(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"talker", []string{"--pd", "--connector", "MooncakeConnector", fixtures + "qwen3_omni_moe.yaml"},
-			[]string{"needs Thinker conditioning", "qwen3_omni_moe_thinker", "omnipd serve"}},
+		{"talker in front of an encoder", []string{"--pd", "--connector", "NixlConnector", "../../launch/testdata/omni_epd.yaml"},
+			[]string{"encoder stage", "--ec-transfer-config"}},
 		{"unsplit thinker", []string{fixtures + "qwen3_omni_moe_thinking.yaml"},
 			[]string{"--pd", "--workload deployment"}},
 		{"host", []string{"--host", "0.0.0.0", "--pd", "--connector", "NixlConnector", fixtures + "qwen3_omni_moe_thinking.yaml"},
@@ -114,5 +115,39 @@ func TestPlanVLLMUnchanged(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "plan", "--workload", "deployment", fixtures+"qwen3_omni_moe_thinking.yaml"); code == 0 || !strings.Contains(errOut, "--workload is for --target kubernetes") {
 		t.Errorf("--workload with --target vllm: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "plan", "--stage-image", "x", fixtures+"qwen3_omni_moe.yaml"); code == 0 || !strings.Contains(errOut, "--stage-image is for --target kubernetes") {
+		t.Errorf("--stage-image with --target vllm: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A pipeline with a Talker plans every stage on the vllm-omni stage worker,
+// for one host and for Kubernetes; --stage-image picks the workers' image.
+func TestPlanTalkerPipeline(t *testing.T) {
+	code, out, errOut := run(t, "plan", "--pd", "--connector", "MooncakeConnector", fixtures+"qwen3_omni_moe.yaml")
+	if code != 0 {
+		t.Fatalf("plan --target vllm: exit %d, stderr:\n%s", code, errOut)
+	}
+	for _, want := range []string{"python3 -m omnipd_stage Qwen/Qwen3-Omni-30B-A3B-Instruct", "--stage-id 2", "cat > omnipd-vllm-omni.yaml", "cat > omnipd-stage/omnipd_stage/__init__.py"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the script lacks %q", want)
+		}
+	}
+	code, out, errOut = run(t, "plan", "--target", "kubernetes", "--pd", "--connector", "NixlConnector", "--stage-image", "registry.example/vllm-omni:v0.32.0", fixtures+"qwen3_omni_moe.yaml")
+	if code != 0 {
+		t.Fatalf("plan --target kubernetes: exit %d, stderr:\n%s", code, errOut)
+	}
+	objs, err := kube.ReadYAML(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := map[string]bool{}
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			images[d.Spec.Template.Spec.Containers[0].Image] = true
+		}
+	}
+	if !images["registry.example/vllm-omni:v0.32.0"] || images[kube.DefaultStageImage] {
+		t.Errorf("Deployment images %v: want the --stage-image for the Talker and Code2Wav", images)
 	}
 }

@@ -69,8 +69,15 @@ func TestGoldensApplyToARealAPIServer(t *testing.T) {
 					}
 				}
 			}
-			if kinds["ConfigMap"] != 1 || kinds["Service"] < 3 || kinds["DisaggregatedSet"]+kinds["Deployment"] < 2 {
-				t.Errorf("applied %v; want a ConfigMap, role and orchestrator Services, and workloads", kinds)
+			// A pipeline with a Talker adds the stage worker's ConfigMaps
+			// (its files, the vllm-omni deploy config), and a Service and a
+			// workload for each of the Talker and Code2Wav.
+			want := map[string]int{"ConfigMap": 1, "Service": 3, "workloads": 2}
+			if strings.HasPrefix(name, "omni_") {
+				want = map[string]int{"ConfigMap": 3, "Service": 4, "workloads": 3}
+			}
+			if kinds["ConfigMap"] != want["ConfigMap"] || kinds["Service"] < want["Service"] || kinds["DisaggregatedSet"]+kinds["Deployment"] < want["workloads"] {
+				t.Errorf("applied %v; want %d ConfigMaps, at least %d Services (the roles' and the orchestrator's) and %d workloads", kinds, want["ConfigMap"], want["Service"], want["workloads"])
 			}
 		})
 	}

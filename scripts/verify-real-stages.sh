@@ -18,6 +18,8 @@ load_timeout=${OMNIPD_VERIFY_LOAD_TIMEOUT:-3600}
 serve_timeout=${OMNIPD_VERIFY_SERVE_TIMEOUT:-600}
 request_timeout=${OMNIPD_VERIFY_REQUEST_TIMEOUT:-900}
 stop_timeout=${OMNIPD_VERIFY_STOP_TIMEOUT:-60}
+# How often a wait looks again: a model load takes minutes, so every 5 s.
+poll=${OMNIPD_VERIFY_POLL_SECONDS:-5}
 vllm_port=${OMNIPD_VERIFY_VLLM_PORT:-8091}
 omnipd_port=${OMNIPD_VERIFY_OMNIPD_PORT:-8000}
 base_port=${OMNIPD_VERIFY_BASE_PORT:-8100}
@@ -75,6 +77,7 @@ Options (each also an environment variable):
                           default $request_timeout)
   --stop-timeout S        how long a stopped process may take to exit before
                           it is killed (OMNIPD_VERIFY_STOP_TIMEOUT; default $stop_timeout)
+                          Waits look again every OMNIPD_VERIFY_POLL_SECONDS ($poll).
   --vllm-port P           port of A (OMNIPD_VERIFY_VLLM_PORT; default $vllm_port)
   --omnipd-port P         port of omnipd serve (OMNIPD_VERIFY_OMNIPD_PORT;
                           default $omnipd_port)
@@ -310,7 +313,7 @@ wait_health() {
 			die "$name exited before it was ready; its log: $log"
 		fi
 		(($(date +%s) < deadline)) || die "$name not ready within ${bound}s; its log: $log"
-		sleep 5
+		sleep "$poll"
 	done
 	say "$name ready"
 }
@@ -326,7 +329,7 @@ wait_line() {
 			die "$name exited before it was ready; its log: $file"
 		fi
 		(($(date +%s) < deadline)) || die "$name not ready within ${bound}s; its log: $file"
-		sleep 5
+		sleep "$poll"
 	done
 	say "$name ready"
 }

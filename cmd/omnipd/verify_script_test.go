@@ -297,7 +297,8 @@ esac`)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := t.TempDir()
-			h.env = []string{"FAKE_PIDS=" + pids, "FAKE_PD_SHIFT=" + tc.shift}
+			// The fakes start at once: look again often, not every 5 s.
+			h.env = []string{"FAKE_PIDS=" + pids, "FAKE_PD_SHIFT=" + tc.shift, "OMNIPD_VERIFY_POLL_SECONDS=0.2"}
 			code, stdout, stderr := h.run("--model", ckpt, "--out", out, "--stop-timeout", "10",
 				"--vllm-port", verifyFreePort(t), "--omnipd-port", verifyFreePort(t), "--base-port", verifyFreePort(t))
 			if code != tc.code {

@@ -18,7 +18,8 @@ import (
 )
 
 // GPUResource is the extended resource an engine pod requests, one per
-// tensor-parallel rank.
+// rank of the instance it runs: tensor_parallel_size × data_parallel_size,
+// as one vllm serve --data-parallel-size N runs N engines of TP ranks each.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
 // podNameRef is how an argument names the pod's own name: Kubernetes
@@ -191,7 +192,7 @@ func newEngineRole(doc *deploy.Document, s *deploy.Stage, opts Options, worker *
 	if r.kvPort != 0 {
 		ports = append(ports, corev1.ContainerPort{Name: "kv", ContainerPort: int32(r.kvPort), Protocol: corev1.ProtocolTCP})
 	}
-	gpus := resource.MustParse(strconv.Itoa(max(1, s.TensorParallelSize)))
+	gpus := resource.MustParse(strconv.Itoa(max(1, s.TensorParallelSize) * max(1, s.DataParallelSize)))
 	health := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromString("http")}}
 	containerName, image := "vllm", opts.VLLMImage
 	if worker != nil {

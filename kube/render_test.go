@@ -503,10 +503,12 @@ func checkEngine(t *testing.T, stage, cfgStage *deploy.Stage, pod corev1.PodTemp
 			}
 		}
 	}
-	tp := max(1, stage.TensorParallelSize)
-	for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-		if q := l[kube.GPUResource]; q.Value() != int64(tp) {
-			t.Errorf("stage %d: %s %s, want %d", stage.ID, kube.GPUResource, q.String(), tp)
+	// One pod runs all of an instance's ranks: TP × DP GPUs.
+	gpus := max(1, stage.TensorParallelSize) * max(1, stage.DataParallelSize)
+	for what, l := range map[string]corev1.ResourceList{"requests": c.Resources.Requests, "limits": c.Resources.Limits} {
+		if q := l[kube.GPUResource]; q.Value() != int64(gpus) {
+			t.Errorf("stage %d: %s %s %s, want %d (tensor_parallel_size %d × data_parallel_size %d)",
+				stage.ID, what, kube.GPUResource, q.String(), gpus, stage.TensorParallelSize, stage.DataParallelSize)
 		}
 	}
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" || p.HTTPGet.Port.StrVal != "http" {
@@ -675,6 +677,49 @@ func TestRenderColocatedThinker(t *testing.T) {
 		t.Errorf("colocated Thinker args %q carry a KV transfer config", args)
 	}
 	checkWiring(t, doc, kube.Options{Workload: kube.WorkloadDeployment}, objs)
+}
+
+// A data-parallel instance is one pod whose API server runs every DP rank
+// (vllm serve --data-parallel-size N, on vllm serve and on the stage
+// worker alike), so the pod asks for the GPUs of all of them: TP × DP.
+func TestRenderDataParallelStageGPUs(t *testing.T) {
+	for _, c := range []struct {
+		name, path string
+		workload   kube.Workload
+	}{
+		{"vllm serve", "testdata/configs/thinking_dp_nixl.yaml", kube.WorkloadDisaggregatedSet},
+		{"stage worker", "testdata/configs/omni_dp_nixl.yaml", kube.WorkloadDeployment},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			doc := load(t, c.path, deploy.Options{})
+			opts := kube.Options{Workload: c.workload, WorkerFiles: standInWorker}
+			objs, err := kube.Render(doc, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := sortObjects(t, objs)
+			thinkers := 0
+			for name, pod := range r.pods() {
+				if !strings.HasPrefix(pod.Labels["app.kubernetes.io/component"], "thinker-") {
+					continue
+				}
+				thinkers++
+				ctr := pod.Spec.Containers[0]
+				if i := slices.Index(ctr.Args, "--data-parallel-size"); i < 0 || ctr.Args[i+1] != "2" {
+					t.Errorf("%s: args %q; want --data-parallel-size 2", name, ctr.Args)
+				}
+				for what, l := range map[string]corev1.ResourceList{"requests": ctr.Resources.Requests, "limits": ctr.Resources.Limits} {
+					if q := l[kube.GPUResource]; q.Value() != 4 {
+						t.Errorf("%s: %s %s %s; want 4, tensor_parallel_size 2 × data_parallel_size 2", name, what, kube.GPUResource, q.String())
+					}
+				}
+			}
+			if thinkers != 2 {
+				t.Fatalf("%d Thinker pod templates; want the prefill's and the decode's", thinkers)
+			}
+			checkWiring(t, doc, opts, objs)
+		})
+	}
 }
 
 func TestRenderRefusesEndpoints(t *testing.T) {

@@ -5,8 +5,10 @@
 package stageapi
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -42,12 +44,34 @@ type TalkerRequest struct {
 }
 
 // TalkerEvent is one SSE event of the Talker stream: a frame (16 codebook
-// ids), or the end with the number of frames.
+// ids), the end with the number of frames, or the error that ended it.
 type TalkerEvent struct {
 	Frame  []int  `json:"frame,omitempty"`
 	Done   bool   `json:"done,omitempty"`
 	Frames int    `json:"frames,omitempty"`
 	Error  string `json:"error,omitempty"`
+}
+
+// MarshalJSON writes each event with its own members only — {"frame":
+// [...]}, {"done":true,"frames":N}, {"error":"..."} — the done event with
+// its count even when that is 0, so that a reader can tell a stream of no
+// frames from a count left out.
+func (e TalkerEvent) MarshalJSON() ([]byte, error) {
+	type members TalkerEvent // without this method
+	var v any = members(e)
+	if e.Done {
+		v = struct {
+			members
+			Frames int `json:"frames"`
+		}{members(e), e.Frames}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // an error's text as it was written
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Code2WavRequest is the body of POST /v1/omnipd/code2wav: codec frames in

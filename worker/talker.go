@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/omnipd/omnipd/engine/talker"
@@ -57,12 +59,21 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	var req stageapi.TalkerRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
 		outcome = metrics.OutcomeInvalid
-		_ = openai.WriteError(w, openai.InvalidRequest("", "invalid JSON: "+err.Error()))
+		_ = openai.WriteError(w, talkerBodyError(err))
 		return
 	}
 	if n := len(req.Conditioning); n != 1 && n != 2 {
 		outcome = metrics.OutcomeInvalid
 		_ = openai.WriteError(w, openai.InvalidRequest("conditioning", "give one handle (colocated Thinker) or two (prefill, then decode)"))
+		return
+	}
+	// Checked before anything is fetched: a fetch frees the stash on the
+	// Thinker, so a request refused after it would lose the conditioning
+	// the corrected request needs.
+	params, bad := talkerParams(req)
+	if bad != nil {
+		outcome = metrics.OutcomeInvalid
+		_ = openai.WriteError(w, bad)
 		return
 	}
 	var (
@@ -86,7 +97,6 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 		_ = openai.WriteError(w, openai.Upstream(status, "conditioning_unavailable", err.Error()))
 		return
 	}
-	params := talker.Params{Temperature: req.Temperature, TopK: req.TopK, Seed: req.Seed, MaxFrames: req.MaxFrames}
 	sse := openai.NewSSEWriter(w)
 	frames := 0
 	pace := s.sim.start()
@@ -116,6 +126,59 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 		_ = sse.WriteEvent(stageapi.TalkerEvent{Done: true, Frames: frames})
 	}
 	_ = sse.WriteDone()
+}
+
+// maxTalkerFrames bounds max_frames, as a Talker config bounds its
+// default_max_frames: the Talker reserves its cache for the whole answer
+// up front, so an unbounded count is an unbounded allocation, which ends
+// the process rather than the request.
+const maxTalkerFrames = 1 << 16
+
+// talkerParams checks a request's sampling parameters (docs/stage-api.md)
+// and says which one is out of range.
+func talkerParams(req stageapi.TalkerRequest) (talker.Params, *openai.ErrorResponse) {
+	p := talker.Params{Temperature: req.Temperature, TopK: req.TopK, Seed: req.Seed, MaxFrames: req.MaxFrames}
+	switch {
+	case !(p.Temperature >= 0) || math.IsInf(p.Temperature, 0):
+		return p, openai.InvalidRequest("temperature", fmt.Sprintf("temperature must be a finite number >= 0 (0 is greedy), got %v", p.Temperature))
+	case p.TopK < 0:
+		return p, openai.InvalidRequest("top_k", fmt.Sprintf("top_k must be >= 0 (0 samples among all codes), got %d", p.TopK))
+	case p.MaxFrames < 0 || p.MaxFrames > maxTalkerFrames:
+		return p, openai.InvalidRequest("max_frames", fmt.Sprintf("max_frames must be 0 (the Talker's default) to %d, got %d", maxTalkerFrames, p.MaxFrames))
+	}
+	return p, nil
+}
+
+// talkerBodyError is the 400 for a body that does not decode, naming the
+// member whose value has the wrong type ("seed": 1.5).
+func talkerBodyError(err error) *openai.ErrorResponse {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return openai.InvalidRequest(te.Field, fmt.Sprintf("%s must be %s, got %s", te.Field, jsonKind(te.Type), te.Value))
+	}
+	return openai.InvalidRequest("", "invalid JSON: "+err.Error())
+}
+
+// jsonKind names, for a client, the JSON values a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a %d-bit integer", t.Bits())
+	case reflect.Float32, reflect.Float64:
+		return "a finite number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
 }
 
 // fetch takes the stashes from the Thinker workers (freeing them there)

@@ -197,7 +197,9 @@ To serve a model of the Hub on GPUs, run it on vllm serve engines and point serv
   omnipd plan --target vllm --model %[1]s --pd --connector NixlConnector --devices 0-3 THINKER.yaml > launch.sh
   sh launch.sh &  # starts the engines and stays; writes omnipd-vllm.yaml and omnipd-secret
   omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name %[1]s
-where THINKER.yaml is a thinker-only vllm-omni deploy config (pipeline: qwen3_omni_moe_thinker)`, arg)
+where THINKER.yaml is a thinker-only vllm-omni deploy config (pipeline: qwen3_omni_moe_thinker); to run a vllm-omni deploy config with a Talker on GPUs,
+  omnipd plan --target vllm --model %[1]s --pd --connector NixlConnector CONFIG > launch.sh
+plans every stage on omnipd's vllm-omni stage worker, started and served by the same two commands`, arg)
 }
 
 // checkpointConfig is what serve DIR serves: the Thinker alone, split into

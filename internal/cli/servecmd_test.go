@@ -34,7 +34,8 @@ func TestServeNamesWhatToRunForAHubModel(t *testing.T) {
 		want []string
 	}{
 		{[]string{"serve", hub}, []string{"downloads no model", "omnipd serve DIR",
-			"omnipd plan --target vllm --model " + hub, "omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name " + hub}},
+			"omnipd plan --target vllm --model " + hub, "omnipd serve --config omnipd-vllm.yaml --secret-file omnipd-secret --served-model-name " + hub,
+			"a vllm-omni deploy config with a Talker", "omnipd plan --target vllm --model " + hub + " --pd --connector NixlConnector CONFIG", "vllm-omni stage worker"}},
 		{[]string{"serve", t.TempDir()}, []string{"not a Hugging Face checkpoint directory (no config.json)"}},
 		{[]string{"serve", file}, []string{"not a directory"}},
 		{[]string{"serve", t.TempDir(), "--config", file}, []string{"not both"}},

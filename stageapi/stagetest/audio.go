@@ -53,9 +53,11 @@ func (c *checker) talk(base, what string, req stageapi.TalkerRequest) [][]int {
 			c.Errorf("%s: event %d after the done event: %s", what, i, ev.data)
 		case e.Done:
 			done = true
-			// stageapi.TalkerEvent omits a count of 0.
-			if n := derefOr(e.Frames, 0); n != len(frames) {
-				c.Errorf("%s: the done event says %d frames; %d were sent", what, n, len(frames))
+			switch {
+			case e.Frames == nil:
+				c.Errorf("%s: the done event has no frames count (0 included): %s", what, ev.data)
+			case *e.Frames != len(frames):
+				c.Errorf("%s: the done event says %d frames; %d were sent", what, *e.Frames, len(frames))
 			}
 		default:
 			if len(e.Frame) != stageapi.Codebooks {
@@ -77,13 +79,6 @@ func (c *checker) talk(base, what string, req stageapi.TalkerRequest) [][]int {
 		c.Errorf("%s: %d frames past max_frames %d", what, len(frames), req.MaxFrames)
 	}
 	return frames
-}
-
-func derefOr(p *int, otherwise int) int {
-	if p == nil {
-		return otherwise
-	}
-	return *p
 }
 
 func framesEqual(a, b [][]int) bool { return slices.EqualFunc(a, b, slices.Equal) }

@@ -75,7 +75,8 @@ func checkBadInputThinker(c *checker) {
 }
 
 // checkBadInputTalker: bad Talker requests are 400s naming the parameter,
-// before any stream.
+// before any stream and before the Talker fetches anything: the stash a
+// refused request names is still there, and a corrected request reads it.
 func checkBadInputTalker(c *checker) {
 	base := c.talker()
 	three := mustJSON(stageapi.TalkerRequest{MaxFrames: 2, Conditioning: []stageapi.ConditioningHandle{
@@ -85,9 +86,51 @@ func checkBadInputTalker(c *checker) {
 		{"no conditioning", stageapi.TalkerPath, `{"conditioning": [], "max_frames": 2}`, 400, "conditioning"},
 		{"three handles", stageapi.TalkerPath, string(three), 400, "conditioning"},
 	})
+	if c.d.Thinker == nil {
+		c.Logf("no Thinker to keep a stash: that refused requests leave it is not checked")
+	} else {
+		c.badParamsKeepTheStash(base)
+	}
 	if r := c.call(http.MethodGet, base+"/health", "", nil); r.status != http.StatusOK {
 		c.Errorf("GET /health after bad requests: %v", r)
 	}
+}
+
+// talkerBadParams are Talker parameters out of range (docs/stage-api.md),
+// as JSON members.
+var talkerBadParams = []struct{ what, member, param string }{
+	{"a negative max_frames", `"max_frames": -1`, "max_frames"},
+	{"a max_frames that is no integer", `"max_frames": "4"`, "max_frames"},
+	{"a negative temperature", `"temperature": -0.5`, "temperature"},
+	{"a temperature past any float", `"temperature": 1e400`, "temperature"},
+	// -1 is vLLM's spelling of top_k 0 (off), which a worker on vLLM may take.
+	{"a top_k below -1", `"top_k": -2`, "top_k"},
+	{"a top_k that is no integer", `"top_k": 2.5`, "top_k"},
+	{"a seed that is a string", `"seed": "42"`, "seed"},
+	{"a seed that is no integer", `"seed": 1.5`, "seed"},
+}
+
+// badParamsKeepTheStash sends the Talker requests for a kept stash with
+// each bad parameter, batch and async chunk: every one is refused, the
+// stash stays, and a corrected request reads it.
+func (c *checker) badParamsKeepTheStash(base string) {
+	thinker := c.thinker()
+	const key = "bad-input/kept"
+	c.generate(thinker, "the Thinker", c.keep(c.chatBody(shortPrompt, 4), key, false))
+	handle := []stageapi.ConditioningHandle{{URL: thinker, Key: key}}
+	for _, async := range []bool{false, true} {
+		var reqs []badRequest
+		for _, p := range talkerBadParams {
+			reqs = append(reqs, badRequest{fmt.Sprintf("%s, async_chunk %v", p.what, async), stageapi.TalkerPath,
+				fmt.Sprintf(`{"conditioning": %s, "async_chunk": %v, %s}`, mustJSON(handle), async, p.member), 400, p.param})
+		}
+		c.refuseAll(base, reqs)
+	}
+	c.wantStashes(thinker, 1, "after Talker requests refused for their parameters")
+	if frames := c.talk(base, "the corrected request", stageapi.TalkerRequest{MaxFrames: 2, Conditioning: handle}); len(frames) == 0 {
+		c.Errorf("the corrected request: no frames")
+	}
+	c.wantGone(thinker, key, "after the Talker read it")
 }
 
 // checkBadInputCode2Wav: bad Code2Wav requests are 400s naming the

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -45,6 +46,9 @@ log = logging.getLogger("omnipd_stage.talker")
 CODEBOOKS = 16
 CODEBOOK_SIZE = 2048
 CODEC_STOP = 2150  # Qwen3-Omni's codec stop token (the Talker stage's stop_token_ids)
+# The most frames one request may ask for, as omnipd's reference Talker
+# bounds it: 65536 frames are 87 minutes of speech at 12.5 frames/s.
+MAX_FRAMES = 65536
 
 
 def _handles(body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -133,19 +137,22 @@ class Talker:
 
         d = self.w.spec.default_sampling_params
         temperature = body.get("temperature", d.get("temperature", 0.9))
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise invalid("temperature", "temperature must be a number >= 0")
+        if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                or not math.isfinite(temperature) or temperature < 0):
+            raise invalid("temperature", "temperature must be a finite number >= 0")
         top_k = body.get("top_k", d.get("top_k", -1))
         if top_k is None:
             top_k = -1
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
             raise invalid("top_k", "top_k must be an integer: -1 or 0 (off), or at least 1")
         seed = body.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise invalid("seed", "seed must be an integer or null")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not -(1 << 63) <= seed < (1 << 63)):
+            raise invalid("seed", "seed must be a 64-bit integer or null")
         max_frames = body.get("max_frames") or d.get("max_tokens", 4096)
-        if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
-            raise invalid("max_frames", "max_frames must be a positive integer")
+        if (isinstance(max_frames, bool) or not isinstance(max_frames, int)
+                or not 1 <= max_frames <= MAX_FRAMES):
+            raise invalid("max_frames", f"max_frames must be an integer from 1 to {MAX_FRAMES}")
         stops = sorted({CODEC_STOP, *(d.get("stop_token_ids") or [])})
         extra = {k: d[k] for k in ("repetition_penalty",) if k in d}
         # The last sampled token's frame is never computed (no step consumes

@@ -111,6 +111,7 @@ var checks = []check{
 	{"ConditioningRelease", thinkerStage, checkConditioningRelease},
 	{"ConditioningStreamed", thinkerStage, checkConditioningStreamed},
 	{"PDEqualsColocated", thinkerStage | pdStage, checkPD},
+	{"Media", thinkerStage, checkMedia},
 	{"Talker", thinkerStage | talkerStage, checkTalker},
 	{"TalkerPDEqualsColocated", thinkerStage | pdStage | talkerStage, checkTalkerPD},
 	{"TalkerAsyncChunk", thinkerStage | pdStage | talkerStage, checkTalkerAsyncChunk},

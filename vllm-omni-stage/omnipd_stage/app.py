@@ -127,6 +127,8 @@ class Worker:
             except (APIError, ValueError, TypeError):
                 raise  # the caller decides whether the engine refused the request (a 400)
             except Exception as e:  # the engine failed: a 500 whose cause the log keeps
+                if any(c.__name__ == "VLLMClientError" for c in type(e).__mro__):
+                    raise  # vLLM 0.29+'s refusal of the request (VLLMValidationError and its kin)
                 log.error("the engine failed: %r", e, extra={"request_id": request_id})
                 raise APIError(500, f"the engine failed: {type(e).__name__}: {e}", type_="server_error") from e
         finally:

@@ -143,6 +143,10 @@ def engine_flags(rest: list[str]) -> dict[str, Any]:
         else:
             out[key] = True
         i += 1
+    # vllm serve takes the hosts as separate words (nargs="+"); one word
+    # here, comma-separated, becomes the list vLLM's ModelConfig holds.
+    if isinstance(out.get("allowed_media_domains"), str):
+        out["allowed_media_domains"] = [h for h in out["allowed_media_domains"].split(",") if h]
     return out
 
 

@@ -42,6 +42,11 @@ INTERFACES: tuple[Interface, ...] = (
                "skip_special_tokens", "detokenize", "output_kind", "extra_args"),
               "vllm/sampling_params.py"),
     Interface("vllm.sampling_params", "RequestOutputKind", (), "vllm/sampling_params.py"),
+    # A chat with media: vLLM's parsing fetches and decodes the parts into
+    # the conversation and the multimodal data (omnipd_stage/media.py).
+    Interface("vllm.entrypoints.chat_utils", "parse_chat_messages_async",
+              ("messages", "model_config", "content_format", "media_io_kwargs", "mm_processor_kwargs"),
+              "vllm/entrypoints/chat_utils.py@001eadcf295d90aa0664963cd6a9d93f38a2f3da", ("thinker",)),
     Interface("vllm_omni.config.resolver", "resolve_omni_config",
               ("trust_remote_code", "deploy_config_path", "cli_overrides", "stage_overrides", "strategy_config_path"),
               "vllm_omni/config/resolver.py"),

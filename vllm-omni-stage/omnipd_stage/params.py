@@ -3,7 +3,9 @@
 The subset of vLLM's CompletionRequest / ChatCompletionRequest that omnipd
 sends a Thinker leg (and that users of vllm serve send most): sampling
 parameters, streaming, ``kv_transfer_params``, ``return_token_ids``,
-``add_generation_prompt`` and omnipd's ``omnipd_conditioning``. Each field
+``add_generation_prompt``, chat media parts (their shape; vLLM's parsing
+fetches and decodes them, omnipd_stage/media.py), ``mm_processor_kwargs``,
+``media_io_kwargs`` and omnipd's ``omnipd_conditioning``. Each field
 is checked for its type and range, and a wrong one is a 400 naming it.
 Parameters the worker does not implement yet are refused with a 400 naming
 them, never silently ignored; asking for nothing (null, false, an empty
@@ -67,6 +69,13 @@ class Generation:
     return_token_ids: bool = False
     kv_transfer_params: dict[str, Any] | None = None
     conditioning: Conditioning | None = None
+    # A chat with media parts: the messages as the client sent them (for
+    # vLLM's chat parsing, which fetches and decodes the media), where each
+    # media part is, and the processor's and media loaders' options.
+    media_parts: list[str] = field(default_factory=list)
+    raw_messages: list[dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    media_io_kwargs: dict[str, Any] | None = None
 
 
 def _number(body: dict[str, Any], name: str, lo: float | None = None, hi: float | None = None,
@@ -244,14 +253,10 @@ def read_messages(body: dict[str, Any], g: Generation) -> None:
                 pp = f"{p}.content[{j}]"
                 if not isinstance(part, dict):
                     raise invalid(pp, f"{pp} must be an object")
-                kind = part.get("type")
-                if kind != "text":
-                    raise invalid(pp, f"{pp} is a {kind!r} part; media parts are not supported by this worker yet "
-                                      "(send text parts)")
-                t = part.get("text")
-                if not isinstance(t, str):
-                    raise invalid(f"{pp}.text", f"{pp}.text must be a string")
-                parts.append(t)
+                if _read_part(part, pp):
+                    g.media_parts.append(pp)
+                else:
+                    parts.append(part["text"])
             text = "".join(parts)
         else:
             raise invalid(f"{p}.content", f"{p}.content must be a string or a list of parts")
@@ -259,6 +264,16 @@ def read_messages(body: dict[str, Any], g: Generation) -> None:
             raise invalid(f"{p}.tool_calls", "tool calls are not supported by this worker yet")
         out.append({"role": role, "content": text})
     g.messages = out
+    if g.media_parts:
+        g.raw_messages = msgs
+    for name in ("mm_processor_kwargs", "media_io_kwargs"):
+        v = body.get(name)
+        if v is not None and not isinstance(v, dict):
+            raise invalid(name, f"{name} must be an object")
+        setattr(g, name, v or None)
+    uav = (g.mm_processor_kwargs or {}).get("use_audio_in_video")
+    if uav is not None and not isinstance(uav, bool):
+        raise invalid("mm_processor_kwargs.use_audio_in_video", "use_audio_in_video must be true or false")
     tools = body.get("tools")
     if tools:
         raise invalid("tools", "tools need a tool-call parser, which this worker does not have yet; omit tools")
@@ -276,6 +291,55 @@ def read_messages(body: dict[str, Any], g: Generation) -> None:
         if not isinstance(ctk, dict):
             raise invalid("chat_template_kwargs", "chat_template_kwargs must be an object")
         g.chat_template_kwargs = ctk
+
+
+# Content parts, by type, as vLLM's chat parsing reads them (MM_PARSER_MAP
+# in vllm/entrypoints/chat_utils.py @001eadcf295d90aa0664963cd6a9d93f38a2f3da).
+_TEXT_PARTS = ("text", "input_text", "output_text")
+_URL_PARTS = ("image_url", "audio_url", "video_url")
+_MEDIA_PARTS = (*_URL_PARTS, "input_image", "input_audio")
+_NOT_SERVED = {"image_embeds": "precomputed embeddings", "audio_embeds": "precomputed embeddings",
+               "prompt_embeds": "precomputed embeddings", "image_pil": "in-process PIL images",
+               "refusal": "refusal parts", "thinking": "thinking parts", "tool_reference": "tool references"}
+_SUPPORTED_PARTS = ", ".join((*_TEXT_PARTS, *_MEDIA_PARTS))
+
+
+def _read_part(part: dict[str, Any], pp: str) -> bool:
+    """Checks one content part's shape; True for a media part. Fetching and
+    decoding are left to vLLM's parsing, which names what it cannot take."""
+    kind = part.get("type")
+    if kind is None:
+        # vLLM infers a part's type from its first media key.
+        kind = next((k for k in ("image_url", "audio_url", "input_audio", "video_url") if part.get(k) is not None),
+                    None)
+        if kind is None:
+            raise invalid(f"{pp}.type", "Missing 'type' field in multimodal part.")
+    if not isinstance(kind, str):
+        raise invalid(f"{pp}.type", "Invalid 'type' field in multimodal part.")
+    if kind in _TEXT_PARTS:
+        if not isinstance(part.get("text"), str):
+            raise invalid(f"{pp}.text", f"{pp}.text must be a string")
+        return False
+    if kind in _NOT_SERVED:
+        raise invalid(f"{pp}.type", f"{pp} is a {kind!r} part: {_NOT_SERVED[kind]} are not supported by this "
+                                    f"worker; send one of {_SUPPORTED_PARTS}")
+    if kind not in _MEDIA_PARTS:
+        # vLLM's words (chat_utils.py, _parse_chat_message_content_part).
+        raise invalid(f"{pp}.type", f"Unsupported chat content part type: {kind!r}. Supported types: "
+                                    f"{_SUPPORTED_PARTS}.")
+    v = part.get(kind)
+    if kind in _URL_PARTS:
+        url = v.get("url") if isinstance(v, dict) else (v if "type" not in part else None)
+        if not isinstance(url, str) or not url:
+            raise invalid(f"{pp}.{kind}", f'{pp}.{kind} must be {{"url": a data:, http(s) or file: URL}}')
+    elif kind == "input_image":
+        if not isinstance(part.get("image_url"), str) or not part["image_url"]:
+            raise invalid(f"{pp}.image_url", f"{pp}.image_url must be a URL (a string)")
+    elif not (isinstance(v, dict) and isinstance(v.get("data"), str) and v["data"]
+              and isinstance(v.get("format"), str) and v["format"]):
+        raise invalid(f"{pp}.input_audio", f'{pp}.input_audio must be {{"data": base64 audio, "format": '
+                                           '"wav" or "mp3"}')
+    return True
 
 
 def _read_conditioning(v: Any, default_layer: int | None) -> Conditioning:

@@ -3,7 +3,8 @@ Thinker engine, plus omnipd's conditioning stash.
 
 Requests go to ``AsyncOmni.generate(prompt, sampling_params, request_id)``
 (vllm_omni/entrypoints/async_omni.py, v0.32.0) with a token prompt the
-worker rendered and tokenized itself, in DELTA output mode; each yielded
+worker rendered and tokenized itself — with ``multi_modal_data`` for a chat
+with media (omnipd_stage/media.py) — in DELTA output mode; each yielded
 ``OmniRequestOutput`` (vllm_omni/outputs.py) is a vLLM ``RequestOutput``:
 ``outputs[0].text`` / ``.token_ids`` are the step's delta,
 ``outputs[0].multimodal_output`` the Thinker's captured layers
@@ -22,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from . import tensors
+from . import media, tensors
 from .errors import APIError, invalid, model_not_found
 from .httpserver import ClientGone, Conn, Request, Response, json_response
 from .params import DEFAULT_COMPLETION_MAX_TOKENS, Generation, read_generation, read_messages
@@ -78,11 +79,20 @@ class ConditioningSink:
     """Where one request's rows go: a stash put when the request finishes
     (batch), or one that grows step by step (async chunk)."""
 
-    def __init__(self, store: Store, key: str, layer: int, prompt: list[int], stream: bool, rid: str) -> None:
+    def __init__(self, store: Store, key: str, layer: int, prompt: list[int] | None, stream: bool, rid: str) -> None:
         self.store, self.key, self.layer, self.stream, self.rid = store, key, layer, stream, rid
-        self.stash = Stash(token_ids=list(prompt), prompt_token_ids=list(prompt))
+        # A prompt with media is known once the engine's processor has
+        # expanded it (set_prompt, before any row): until then a streamed
+        # stash reads with no prompt ids.
+        self.stash = Stash(token_ids=list(prompt or []), prompt_token_ids=list(prompt or []))
         self.gone = False
         self.first_position: int | None = None
+
+    def set_prompt(self, prompt: list[int]) -> None:
+        """The prompt as the engine computed it; the stash's lists are the
+        ones its readers see."""
+        self.stash.token_ids[:0] = prompt
+        self.stash.prompt_token_ids[:] = prompt
 
     def open(self) -> None:
         if not self.stream:
@@ -243,15 +253,21 @@ class Thinker:
         default_layer = self.w.conditioning_layer
         g = read_generation(body, chat, default_layer)
         self._check_model(g.model)
-        ids = self.render(g)
+        if g.media_parts:
+            ids, prompt = await media.engine_prompt(self.engine, self.w.tokenizer, g)
+        else:
+            ids = self.render(g)
+            prompt = {"prompt_token_ids": ids}
+        # With media the count is before the processor's expansion, as vLLM's
+        # server sizes max_tokens; the engine caps the rest at the context.
         sp = self.sampling_params(g, len(ids))
         sink = None
         if g.conditioning is not None:
             self._check_conditioning(g.conditioning.layer)
-            sink = ConditioningSink(self.w.stash, g.conditioning.key, g.conditioning.layer, ids,
-                                    g.conditioning.stream, req.request_id)
+            sink = ConditioningSink(self.w.stash, g.conditioning.key, g.conditioning.layer,
+                                    None if g.media_parts else ids, g.conditioning.stream, req.request_id)
             sink.open()
-        run = _Run(self, req, conn, g, ids, sp, sink)
+        run = _Run(self, req, conn, g, ids, sp, sink, prompt)
         return await run.go()
 
     def _check_conditioning(self, layer: int) -> None:
@@ -273,6 +289,12 @@ class Thinker:
         if "messages" in body:
             g = Generation(chat=True, model=None)
             read_messages(body, g)
+            if g.media_parts:
+                # The placeholder counts are the engine's processor's, known
+                # only once it runs; a completion's usage.prompt_tokens counts
+                # them.
+                raise invalid(g.media_parts[0], "/tokenize counts no media placeholders in this worker; a chat "
+                                                "completion's usage.prompt_tokens counts the expanded prompt")
             ids = self.render(g)
             chat = True
         elif isinstance(body.get("prompt"), str):
@@ -310,8 +332,12 @@ class _Run:
     """One engine request and its answer."""
 
     def __init__(self, t: Thinker, req: Request, conn: Conn, g: Generation, ids: list[int], sp: Any,
-                 sink: ConditioningSink | None) -> None:
+                 sink: ConditioningSink | None, prompt: dict[str, Any]) -> None:
         self.t, self.req, self.conn, self.g, self.ids, self.sp, self.sink = t, req, conn, g, ids, sp, sink
+        self.prompt = prompt
+        # With media, ids become the engine's processed prompt at its first
+        # output: usage, the rows' bound and the stash count the placeholders.
+        self.expanded = not g.media_parts
         self.rid = req.request_id
         self.created = int(time.time())
         self.text: list[str] = []
@@ -326,7 +352,7 @@ class _Run:
         return ("chatcmpl-" if self.g.chat else "cmpl-") + self.rid
 
     async def go(self) -> Response | None:
-        outputs = self.t.w.outputs({"prompt_token_ids": self.ids}, self.sp, self.rid)
+        outputs = self.t.w.outputs(self.prompt, self.sp, self.rid)
         try:
             try:
                 async for out in outputs:
@@ -334,12 +360,14 @@ class _Run:
                         break
             except (APIError, ClientGone, asyncio.CancelledError):
                 raise
-            except (ValueError, TypeError) as e:
+            except Exception as e:
                 # The engine's refusal of the request itself (vLLM's input
-                # processor raises ValueError) is the client's 400.
-                if self.tokens or self.started_stream:
+                # processor raises ValueError, or VLLMValidationError since
+                # 0.29) is the client's 400.
+                status = media.client_status(e)
+                if status is None or self.tokens or self.started_stream:
                     raise
-                raise invalid(None, str(e)) from None
+                raise APIError(status, str(e), param="messages" if self.g.media_parts else None) from None
         except BaseException as e:
             if self.sink is not None:
                 self.sink.fail("the request was cancelled" if isinstance(e, asyncio.CancelledError)
@@ -354,6 +382,13 @@ class _Run:
         return await self._finish()
 
     async def _step(self, out: Any) -> bool:
+        if not self.expanded:
+            self.expanded = True
+            processed = getattr(out, "prompt_token_ids", None)
+            if processed:
+                self.ids = list(processed)
+            if self.sink is not None:
+                self.sink.set_prompt(self.ids)
         o = out.outputs[0] if out.outputs else None
         if getattr(out, "num_cached_tokens", None) is not None:
             self.cached = int(out.num_cached_tokens or 0)

@@ -29,7 +29,8 @@ class StartupTest(unittest.TestCase):
                             ("1", "vllm_omni.model_executor.stage_input_processors.qwen3_omni.thinker2talker"),
                             ("2", "vllm_omni.inputs.data.OmniTokensPrompt"),
                             ("0", "vllm_omni.config.resolver.resolve_omni_config"),
-                            ("1", "vllm.sampling_params.SamplingParams")):
+                            ("1", "vllm.sampling_params.SamplingParams"),
+                            ("0", "vllm.entrypoints.chat_utils.parse_chat_messages_async")):
             with self.subTest(missing=name):
                 p = run_cli(base(stage), {"OMNIPD_STANDIN_DROP": name})
                 self.assertEqual(p.returncode, 2, p.stderr)

@@ -8,6 +8,11 @@ tests are fast, with the real stages' output shapes.
   and every layer's hidden state, width 8) depends only on tokens 0..i;
   the next token is a function of the prefix (greedy) or of the prefix, the
   seed and the step.
+* Media: a PNG's size from its header, a WAV's frames and rate (the
+  standard library's wave), a digest of the bytes; the processor expands an
+  item's one pad into a count that grows with its size, and a placeholder
+  position's row is a function of the digest, so another image changes the
+  rows after it and the text.
 * Talker: frames of 16 codebook ids (0..2047) that are a function of its
   input rows, the seed and the step; stop code 2150.
 * Code2Wav: 1920 samples per frame, causal with a receptive field of two
@@ -23,11 +28,14 @@ lacks that interface).
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
 import struct
 import time
+import wave
 from typing import Any
 
 MASK = (1 << 64) - 1
@@ -39,6 +47,8 @@ ACCEPT_HIDDEN_LAYER = 24
 ENDOFTEXT, IM_START, IM_END = 256, 257, 258
 SYSTEM, USER, ASSISTANT = 259, 260, 261
 TTS_PAD, TTS_BOS, TTS_EOS = 266, 267, 268
+AUDIO_START, AUDIO_END, AUDIO_PAD, IMAGE_PAD = 262, 263, 264, 265
+VISION_START, VISION_END = 269, 270
 CODEBOOKS = 16
 CODEBOOK_SIZE = 2048
 CODEC_STOP = 2150
@@ -47,9 +57,16 @@ SAMPLE_RATE = 24000
 
 SPECIALS = {
     ENDOFTEXT: "<|endoftext|>", IM_START: "<|im_start|>", IM_END: "<|im_end|>",
-    262: "<|audio_start|>", 263: "<|audio_end|>", 264: "<|audio_pad|>", 265: "<|image_pad|>",
+    AUDIO_START: "<|audio_start|>", AUDIO_END: "<|audio_end|>", AUDIO_PAD: "<|audio_pad|>",
+    IMAGE_PAD: "<|image_pad|>", VISION_START: "<|vision_start|>", VISION_END: "<|vision_end|>",
     TTS_PAD: "<tts_pad>", TTS_BOS: "<tts_text_bos>", TTS_EOS: "<tts_text_eod>",
 }
+# How a media item appears in a rendered chat before the processor expands
+# its one pad: Qwen3-Omni's placeholders (vLLM's get_placeholder_str of the
+# Qwen Omni thinkers).
+PLACEHOLDERS = {"audio": "<|audio_start|><|audio_pad|><|audio_end|>",
+                "image": "<|vision_start|><|image_pad|><|vision_end|>"}
+PADS = {"audio": AUDIO_PAD, "image": IMAGE_PAD}
 WORDS = {SYSTEM: "system", USER: "user", ASSISTANT: "assistant"}
 
 
@@ -163,7 +180,15 @@ class Tokenizer:
 
     def apply_chat_template(self, conversation: list[dict[str, Any]], tokenize: bool = False,
                             add_generation_prompt: bool = False, **kwargs: Any) -> Any:
-        text = "".join(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in conversation)
+        """Qwen's template: a turn's content is a string, or parts in
+        vLLM's "openai" content format — text parts as their text, media
+        parts ({"type": "audio"}, {"type": "image"}) as their placeholder."""
+        def content(c: Any) -> str:
+            if not isinstance(c, list):
+                return c or ""
+            return "".join(p.get("text") or "" if p.get("type") == "text" else PLACEHOLDERS[p["type"]] for p in c)
+
+        text = "".join(f"<|im_start|>{m['role']}\n{content(m.get('content'))}<|im_end|>\n" for m in conversation)
         if add_generation_prompt:
             text += "<|im_start|>assistant\n"
         return self.encode(text, add_special_tokens=False) if tokenize else text
@@ -175,14 +200,76 @@ def embedding(token: int) -> list[float]:
     return [unit(token * 64 + j) for j in range(WIDTH)]
 
 
-def prefix_states(ids: list[int]) -> list[int]:
-    """The state after each position: a function of tokens 0..i."""
+def prefix_states(ids: list[int], media: list[int] | None = None) -> list[int]:
+    """The state after each position: a function of tokens 0..i and, at a
+    placeholder position, of the media row there (media[i], 0 elsewhere)."""
     s = 0x5EED
     out = []
-    for t in ids:
-        s = mix(s ^ (t + 0x1000))
+    for i, t in enumerate(ids):
+        s = mix(s ^ (t + 0x1000) ^ (media[i] if media else 0))
         out.append(s)
     return out
+
+
+def media_embedding(feature: int) -> list[float]:
+    """The row an encoder gives a placeholder position: a function of the
+    item's content and the position within it."""
+    return [unit(feature ^ (j * 0x9E3779B1)) for j in range(WIDTH)]
+
+
+# ---- media, as the stand-in's media connector decodes them ----
+
+class MediaItem:
+    """One decoded item: its modality, its size and a digest of its bytes
+    (a real connector hands out a PIL image or an (ndarray, rate) pair)."""
+
+    def __init__(self, modality: str, digest: int, *, width: int = 0, height: int = 0, frames: int = 0,
+                 rate: int = 0) -> None:
+        self.modality, self.digest = modality, digest
+        self.width, self.height, self.frames, self.rate = width, height, frames, rate
+
+    def tokens(self) -> int:
+        """The placeholders the processor expands the item's pad into: an
+        audio clip by its duration (the toy's 12.5 per second, at least
+        one), an image by its 28x28 patches (14-pixel patches merged 2x2)."""
+        if self.modality == "audio":
+            return max(1, -(-self.frames * 25 // (2 * self.rate)))
+        return max(1, -(-self.width // 28)) * max(1, -(-self.height // 28))
+
+    def features(self) -> list[int]:
+        return [mix(self.digest ^ mix(k + 1)) for k in range(self.tokens())]
+
+    def __repr__(self) -> str:
+        return f"MediaItem({self.modality}, {self.digest:016x})"
+
+
+def digest(data: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+def decode_image(data: bytes) -> MediaItem:
+    """A PNG's size from its IHDR chunk; no pixel is decoded. Anything else
+    is refused as PIL refuses what it cannot open."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("cannot identify image file <_io.BytesIO object>")
+    width, height = struct.unpack(">II", data[16:24])
+    if not width or not height:
+        raise ValueError("cannot identify image file <_io.BytesIO object>")
+    return MediaItem("image", digest(data), width=width, height=height)
+
+
+def decode_audio(data: bytes) -> MediaItem:
+    """A WAV's frames and rate (the standard library's wave); anything
+    else, MP3 included, is vLLM's undecodable audio."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            frames, rate = w.getnframes(), w.getframerate()
+            w.readframes(frames)
+    except (wave.Error, EOFError, struct.error, ValueError):
+        raise ValueError("Invalid or unsupported audio file.") from None
+    if not frames or not rate:
+        raise ValueError("Invalid or unsupported audio file.")
+    return MediaItem("audio", digest(data), frames=frames, rate=rate)
 
 
 def hidden(state: int, layer: int) -> list[float]:

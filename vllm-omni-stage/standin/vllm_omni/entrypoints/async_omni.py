@@ -24,6 +24,12 @@ list of per-step tensors after later ones, one tensor once finished):
 * Code2Wav: ``{"audio": [1, samples], "sr": 24000}`` (the generation
   runner's ``model_outputs`` under the modality key).
 
+A Thinker prompt may carry ``multi_modal_data`` (what
+vllm.entrypoints.chat_utils.parse_chat_messages_async returns): the
+processor's work is done here, each item's one pad expanded into its
+placeholder count, those positions' rows the item's; the outputs'
+``prompt_token_ids`` are the processed prompt, as vLLM's.
+
 Under PD (``kv_transfer_config`` in the stage's engine arguments) a
 producer asked ``do_remote_decode`` returns NixlConnector's
 ``kv_transfer_params`` (vllm/distributed/kv_transfer/kv_connector/v1/
@@ -66,6 +72,41 @@ class _Accumulated:
         if finished or len(self.pieces) == 1:
             return _toy.Tensor([r for p in self.pieces for r in p])
         return [_toy.Tensor(p) for p in self.pieces]
+
+
+def _expand(ids: list[int], mm_data: Any) -> tuple[list[int], list[int] | None]:
+    """The processor's work on a token prompt: each item's one pad expanded
+    into its placeholder count, and each placeholder position's encoder
+    feature (0 at text positions); items and pads are matched in order, per
+    modality, and must agree in number (vLLM's processor refuses a prompt
+    whose placeholders do not match its items too; the words are the
+    stand-in's)."""
+    if not mm_data:
+        return ids, None
+    if not isinstance(mm_data, dict):
+        raise ValueError("multi_modal_data must be a dict of modality to items")
+    queues: dict[int, list[_toy.MediaItem]] = {}
+    for modality, items in mm_data.items():
+        if modality not in _toy.PADS:
+            raise ValueError(f"the stand-in's Thinker takes no {modality!r} items")
+        items = items if isinstance(items, list) else [items]
+        have = ids.count(_toy.PADS[modality])
+        if have != len(items):
+            raise ValueError(f"Expected there to be {len(items)} prompt updates corresponding to {len(items)} "
+                             f"{modality} items, but instead found {have} prompt updates!")
+        queues[_toy.PADS[modality]] = list(items)
+    out: list[int] = []
+    media: list[int] = []
+    for t in ids:
+        q = queues.get(t)
+        if q is None:
+            out.append(t)
+            media.append(0)
+            continue
+        features = q.pop(0).features()
+        out.extend([t] * len(features))
+        media.extend(features)
+    return out, media
 
 
 class _State:
@@ -112,8 +153,15 @@ class AsyncOmni:
                              talker_config=SimpleNamespace(accept_hidden_layer=_toy.ACCEPT_HIDDEN_LAYER),
                              tts_pad_token_id=_toy.TTS_PAD, tts_bos_token_id=_toy.TTS_BOS,
                              tts_eos_token_id=_toy.TTS_EOS)
+        # The media flags are the stage's engine arguments, as vllm serve's
+        # --allowed-local-media-path / --allowed-media-domains are its
+        # ModelConfig's (read by vllm.entrypoints.chat_utils).
+        domains = stage.get("allowed_media_domains")
         self.model_config = SimpleNamespace(model=model, max_model_len=int(stage.get("max_model_len") or 4096),
-                                            hf_config=hf)
+                                            hf_config=hf,
+                                            allowed_local_media_path=str(stage.get("allowed_local_media_path") or ""),
+                                            allowed_media_domains=(domains.split(",") if isinstance(domains, str)
+                                                                   else domains))
         self._tokenizer = _toy.Tokenizer() if self.model_stage == "thinker" else None
         self._states: dict[str, _State] = {}
         _toy.wait_load_gate()
@@ -199,10 +247,23 @@ class AsyncOmni:
         for t in ids:
             if not 0 <= t < _toy.VOCAB_SIZE:
                 raise ValueError(f"Token id {t} is out of vocabulary")
-        max_tokens = sp.max_tokens or (self.model_config.max_model_len - len(ids))
-        if len(ids) + max_tokens > self.model_config.max_model_len:
+        ids, media = _expand(ids, prompt.get("multi_modal_data"))
+        limit = self.model_config.max_model_len
+        if len(ids) > limit:
+            # vLLM's input processor (vllm/v1/engine/input_processor.py,
+            # _validate_model_input) on the processed prompt.
+            raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum model length "
+                             f"of {limit}. Make sure that `max_model_len` is no smaller than the number of text "
+                             "tokens plus multimodal tokens.")
+        max_tokens = sp.max_tokens or (limit - len(ids))
+        if media is not None:
+            # The server sized max_tokens before the processor expanded the
+            # placeholders; the scheduler stops the request at the context
+            # length (FINISHED_LENGTH_CAPPED).
+            max_tokens = min(max_tokens, limit - len(ids))
+        if len(ids) + max_tokens > limit:
             raise ValueError(f"prompt of {len(ids)} tokens and max_tokens {max_tokens} exceed max_model_len "
-                             f"{self.model_config.max_model_len}")
+                             f"{limit}")
         kvp = dict((sp.extra_args or {}).get("kv_transfer_params") or {})
         imported = self.kv_role in ("kv_consumer", "kv_both") and bool(kvp.get("do_remote_prefill"))
         if imported:
@@ -214,13 +275,16 @@ class AsyncOmni:
         _toy.record("add", request_id=external, stage="thinker", prompt_len=len(ids), kv_transfer_params=kvp,
                     max_tokens=max_tokens, temperature=sp.temperature, seed=sp.seed)
         tok = self._tokenizer
-        states = _toy.prefix_states(ids)
+        states = _toy.prefix_states(ids, media)
         start = len(ids) - 1 if imported else 0
         cached = start
         emb, hid = _Accumulated(), _Accumulated()
         tts = {role: _toy.Tensor([_toy.embedding(t)]) for role, t in
                (("tts_pad", _toy.TTS_PAD), ("tts_bos", _toy.TTS_BOS), ("tts_eos", _toy.TTS_EOS))}
-        emb.add([_toy.embedding(ids[i]) for i in range(start, len(ids))])
+        # A placeholder position's layer-0 row is the encoder's, in place of
+        # the pad's word embedding (the Thinker's embed_input_ids).
+        emb.add([_toy.media_embedding(media[i]) if media and media[i] else _toy.embedding(ids[i])
+                 for i in range(start, len(ids))])
         hid.add([_toy.hidden(states[i], _toy.ACCEPT_HIDDEN_LAYER) for i in range(start, len(ids))])
         generated: list[int] = []
         text = ""

@@ -65,7 +65,11 @@ def _fraction(v: str) -> float:
     return f
 
 
-KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "full"}
+# What each kv_role makes of a Thinker, for its log line. A kv_both engine
+# (NixlConnector's usual role on both halves) is a prefill or a decode per
+# request, by the kv_transfer_params it is sent: the worker passes them on
+# either way and never needs to know which half it is.
+KV_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "prefill or decode, by request"}
 
 
 def _kv_config(v: str) -> dict[str, Any]:

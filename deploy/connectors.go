@@ -1,7 +1,7 @@
 package deploy
 
 import (
-	"slices"
+	"fmt"
 	"strconv"
 
 	"github.com/omnipd/omnipd/kvconnector"
@@ -9,7 +9,8 @@ import (
 )
 
 // kvConnectorSpec is what PD expansion injects into the prefill's and the
-// decode's kv_transfer_config for one vLLM KV connector.
+// decode's kv_transfer_config for one KV connector: kvconnector's entry
+// (kvconnector.Spec) as this package applies it.
 type kvConnectorSpec struct {
 	name string
 	// producerRole and consumerRole are the kv_role values vLLM's own
@@ -43,78 +44,86 @@ type kvConnectorSpec struct {
 	prefillConnects bool
 }
 
-// Connectors that match a transfer by the request id string need vLLM to
-// keep the id the router sent instead of appending a random suffix.
-var keepRequestIDs = []param{{"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", func() *Node { return newStr("1", Pos{}) }}}
+// kvConnectorSpecOf is what PD expansion makes of connector entry s.
+func kvConnectorSpecOf(s kvconnector.Spec) kvConnectorSpec {
+	return kvConnectorSpec{
+		name:          s.Name,
+		producerRole:  s.Roles.Producer,
+		consumerRole:  s.Roles.Consumer,
+		basePort:      s.Ports.Base,
+		decodeListens: s.Ports.Listens.Has(kvconnector.DecodeSide),
+		portKey:       s.Ports.Key,
+		portInExtra:   s.Ports.InExtraConfig,
+		bufferDevice:  s.BufferDevice,
+		extra:         params(s.ExtraConfig),
+		ip:            s.KVIP,
+		env:           params(s.ExpansionEnv),
+		portsPerRank:  s.Ports.PerRank,
+		notifyKey:     s.Ports.NotifyKey,
+	}
+}
 
-// kvConnectorSpecs are the connectors PD expansion knows. Default ports are
-// the engines' own defaults (VLLM_MOONCAKE_BOOTSTRAP_PORT 8998,
-// VLLM_NIXL_SIDE_CHANNEL_PORT 5600), counted up per instance so that several
-// instances can share a host.
-var kvConnectorSpecs = []kvConnectorSpec{
-	{
-		name: "MooncakeConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 8998, portKey: "mooncake_bootstrap_port", portInExtra: true,
-	},
-	{
-		name: "NixlConnector", producerRole: topology.KVBoth, consumerRole: topology.KVBoth,
-		basePort: 5600, decodeListens: true, portKey: "kv_port", bufferDevice: "cuda",
-	},
-	{
-		// The engine binds tcp://<VLLM_HOST_IP>:<kv_port + TP rank>.
-		name: "P2pNcclConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 21001, decodeListens: true, portKey: "kv_port", portsPerRank: 1,
-		extra: []param{{"send_type", func() *Node { return newStr("PUT_ASYNC", Pos{}) }}},
-		env:   keepRequestIDs,
-	},
-	{
-		// PD mode (lmcache.enable_pd) adds its ports and keys: lmcache.go.
-		name: "LMCacheConnectorV1", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		env: []param{lmcacheHashSeed},
-	},
-	{
-		// vLLM's MoRIIO (moriio_common.py MoRIIOConfig) reads handshake_port
-		// and notify_port (each TP rank adds its rank) and proxy_ip,
-		// proxy_ping_port and http_port without defaults. READ mode is
-		// routed sequentially, so a prefill that fails never leaves a decode
-		// waiting for writes. An empty proxy_ip keeps the engine from
-		// pinging a discovery proxy: omnipd routes from this config.
-		name: "MoRIIOConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 6301, decodeListens: true, portKey: "handshake_port", portInExtra: true,
-		portsPerRank: 2, notifyKey: "notify_port",
-		extra: []param{
-			{"read_mode", func() *Node { return newBool(true, Pos{}) }},
-			{"proxy_ip", func() *Node { return newStr("", Pos{}) }},
-			{"proxy_ping_port", func() *Node { return newInt(0, Pos{}) }},
-		},
-		env: keepRequestIDs,
-	},
-	{
-		name: "ReferenceConnector", producerRole: topology.KVProducer, consumerRole: topology.KVConsumer,
-		basePort: 17100, decodeListens: true, portKey: "kv_port", ip: "127.0.0.1",
-		extra: []param{{"handshake", func() *Node { return newStr("pull", Pos{}) }}},
-	},
+// params are settings as nodes this package writes.
+func params(settings []kvconnector.Setting) []param {
+	var ps []param
+	for _, s := range settings {
+		ps = append(ps, param{s.Key, func() *Node { return settingNode(s.Value) }})
+	}
+	return ps
+}
+
+// settingNode is a setting's default as a node: a string, bool or int.
+func settingNode(v any) *Node {
+	switch v := v.(type) {
+	case bool:
+		return newBool(v, Pos{})
+	case int:
+		return newInt(v, Pos{})
+	case string:
+		return newStr(v, Pos{})
+	}
+	panic(fmt.Sprintf("deploy: a connector setting of type %T", v)) // kvconnector's entries hold strings, bools and ints
 }
 
 // DefaultKVConnector is the connector PD expansion uses when none is named:
 // the reference connector, which runs without a GPU.
-const DefaultKVConnector = "ReferenceConnector"
+const DefaultKVConnector = kvconnector.ReferenceConnector
 
+// lookupKVConnector is the spec of a KV connector PD expansion can
+// configure.
 func lookupKVConnector(name string) (kvConnectorSpec, bool) {
-	i := slices.IndexFunc(kvConnectorSpecs, func(s kvConnectorSpec) bool { return s.name == name })
-	if i < 0 {
+	s, ok := kvconnector.SpecOf(name)
+	if !ok || s.Transfer != kvconnector.KV || !s.Expandable {
 		return kvConnectorSpec{}, false
 	}
-	return kvConnectorSpecs[i], true
+	return kvConnectorSpecOf(s), true
+}
+
+// knownKVConnector reports whether omnipd routes KV connector name, whether
+// or not PD expansion can write it.
+func knownKVConnector(name string) bool {
+	s, ok := kvconnector.SpecOf(name)
+	return ok && s.Transfer == kvconnector.KV
 }
 
 // KVConnectors lists the connectors PD expansion can configure.
 func KVConnectors() []string {
-	var names []string
-	for _, s := range kvConnectorSpecs {
-		names = append(names, s.name)
+	return kvconnector.Names(kvconnector.KV, func(s kvconnector.Spec) bool { return s.Expandable })
+}
+
+// connectorSupport is what topology validation knows of the connectors:
+// kvconnector's entries.
+func connectorSupport() topology.ConnectorSupport {
+	var c topology.ConnectorSupport
+	for _, s := range kvconnector.Specs() {
+		switch s.Transfer {
+		case kvconnector.KV:
+			c.KV = append(c.KV, topology.KVConnectorSupport{Name: s.Name, DataParallel: s.DataParallel})
+		case kvconnector.EC:
+			c.EC = append(c.EC, s.Name)
+		}
 	}
-	return names
+	return c
 }
 
 // kvBasePort is the port a stage's first instance listens on, as its
@@ -166,19 +175,50 @@ func kvPortStride(spec kvConnectorSpec, tp, dp int) int {
 	return perEngine * max(1, dp)
 }
 
-// MoRIIONotifyPort is the notify_port of MoRIIO replica r of stage s: the
-// stage's notify_port moved as far as the replica's handshake port is from
-// the stage's, or, when the config says none, TP ports after the
-// replica's handshake port (PD expansion's layout). 0 for other connectors.
-func MoRIIONotifyPort(s *Stage, r topology.Replica) int {
-	if s.KV == nil || s.KV.Connector != kvconnector.MoRIIOConnector || r.KVPort == 0 {
+// NotifyPort is the second port (kvconnector.Ports.NotifyKey, MoRIIO's
+// notify_port) of replica r of stage s: the stage's moved as far as the
+// replica's KV port is from the stage's, or, when the config says none, TP
+// ports after the replica's KV port (PD expansion's layout). 0 for
+// connectors without one.
+func NotifyPort(s *Stage, r topology.Replica) int {
+	if s.KV == nil || r.KVPort == 0 {
 		return 0
 	}
-	notify, base := extraInt(s.KV, "notify_port"), extraInt(s.KV, "handshake_port")
+	spec, ok := kvconnector.SpecOf(s.KV.Connector)
+	if !ok || spec.Ports.NotifyKey == "" {
+		return 0
+	}
+	notify, base := extraInt(s.KV, spec.Ports.NotifyKey), extraInt(s.KV, spec.Ports.Key)
 	if notify == 0 || base == 0 {
 		return kvconnector.MoRIIONotifyPort(kvconnector.Peer{KVPort: r.KVPort, TP: s.TensorParallelSize})
 	}
 	return notify + r.KVPort - base
+}
+
+// OnSides reports whether stage s takes what its connector gives sides:
+// BothSides is every stage of the connector, a single side only the
+// stage of that role.
+func OnSides(s *Stage, sides kvconnector.Sides) bool {
+	switch {
+	case sides == kvconnector.BothSides:
+		return true
+	case s.Role == topology.RolePrefill:
+		return sides.Has(kvconnector.PrefillSide)
+	case s.Role == topology.RoleDecode:
+		return sides.Has(kvconnector.DecodeSide)
+	}
+	return false
+}
+
+// KVHost is the address omnipd names for an instance of stage s in a
+// handoff (a P2pNccl request id, a Mooncake bootstrap address): its kv_ip,
+// or 127.0.0.1 when the config names none. Engines whose connector binds
+// on an environment variable (kvconnector.EnvKVHost) are told it.
+func KVHost(s *Stage) string {
+	if s.KV != nil && s.KV.IP != "" {
+		return s.KV.IP
+	}
+	return "127.0.0.1"
 }
 
 func extraInt(kv *KVConfig, key string) int {

@@ -185,7 +185,7 @@ func (d *Document) EncoderStage() *Stage {
 
 // Topology returns the pure stage graph of d.
 func (d *Document) Topology() *topology.Topology {
-	t := &topology.Topology{}
+	t := &topology.Topology{Supported: connectorSupport()}
 	for _, c := range d.Connectors {
 		t.Connectors = append(t.Connectors, c.Name)
 	}

@@ -1,15 +1,13 @@
 package deploy
 
 import (
-	"slices"
-
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/topology"
 )
 
 // ecConnectorSpec is what encoder expansion writes into the encoder's and
 // the prefill's ec_transfer_config for one EC connector, and what the two
-// ends must agree on. Everything connector-specific about EC connectors in
-// this package is here.
+// ends must agree on: kvconnector's entry as this package applies it.
 type ecConnectorSpec struct {
 	name string
 	// vllm: a connector of vLLM's (vllm/distributed/ec_transfer); the
@@ -24,59 +22,39 @@ type ecConnectorSpec struct {
 	storeKey, storeDefault string
 }
 
-// ecConnectorSpecs are the EC connectors omnipd can run an encoder stage
-// over (topology.KnownECConnectors; a test keeps the two lists equal).
-var ecConnectorSpecs = []ecConnectorSpec{
-	{
-		// vLLM's example connector: the producer writes each item's
-		// outputs to <shared_storage_path>/<mm_hash>/encoder_cache.safetensors
-		// and the consumer loads them from there (example_connector.py,
-		// default "/tmp"). The router needs to send nothing: both ends find
-		// an item by its content hash. omnipd names the directory vLLM's
-		// example scripts use, on both ends.
-		name: "ECExampleConnector", vllm: true,
-		extra:    []param{{"shared_storage_path", func() *Node { return newStr(ECExampleStoragePath, Pos{}) }}},
-		storeKey: "shared_storage_path", storeDefault: "/tmp",
-	},
-	{
-		// omnipd's reference encoder cache: the encoder worker keeps each
-		// item's rows under its content hash and serves them on its own
-		// HTTP API (package eccache), so it needs no setting of its own.
-		name: DefaultECConnector,
-	},
-}
-
 // DefaultECConnector is the EC connector an encoder stage gets when none
 // is named and the Thinker's KV connector is omnipd's reference connector:
 // omnipd's reference encoder cache, which runs on reference workers
 // without a GPU.
-const DefaultECConnector = "ReferenceECConnector"
+const DefaultECConnector = kvconnector.ReferenceECConnector
 
 // VLLMECConnector is the EC connector an encoder stage gets when none is
 // named and the Thinker's KV connector is one of vLLM's: vLLM's own
 // reference pathway for encoder disaggregation.
-const VLLMECConnector = "ECExampleConnector"
+const VLLMECConnector = kvconnector.ECExampleConnector
 
 // ECExampleStoragePath is the shared_storage_path encoder expansion gives
 // ECExampleConnector when the config names none: the directory vLLM's
 // example scripts use (EC_SHARED_STORAGE_PATH).
-const ECExampleStoragePath = "/tmp/ec_cache"
+const ECExampleStoragePath = kvconnector.ECExampleStoragePath
 
 func lookupECConnector(name string) (ecConnectorSpec, bool) {
-	i := slices.IndexFunc(ecConnectorSpecs, func(s ecConnectorSpec) bool { return s.name == name })
-	if i < 0 {
+	s, ok := kvconnector.SpecOf(name)
+	if !ok || s.Transfer != kvconnector.EC || !s.Expandable {
 		return ecConnectorSpec{}, false
 	}
-	return ecConnectorSpecs[i], true
+	return ecConnectorSpec{
+		name:         s.Name,
+		vllm:         s.VLLM,
+		extra:        params(s.ExtraConfig),
+		storeKey:     s.SharedStore.Key,
+		storeDefault: s.SharedStore.Default,
+	}, true
 }
 
 // ECConnectors lists the EC connectors encoder expansion can configure.
 func ECConnectors() []string {
-	var names []string
-	for _, s := range ecConnectorSpecs {
-		names = append(names, s.name)
-	}
-	return names
+	return kvconnector.Names(kvconnector.EC, func(s kvconnector.Spec) bool { return s.Expandable })
 }
 
 // defaultECConnector is the EC connector for a Thinker split over KV

@@ -556,8 +556,12 @@ func TestEPDSummary(t *testing.T) {
 }
 
 func TestECConnectorsMatchTopology(t *testing.T) {
-	if got := deploy.ECConnectors(); !slices.Equal(got, topology.KnownECConnectors) {
-		t.Errorf("deploy.ECConnectors() = %v, topology.KnownECConnectors = %v; keep them equal", got, topology.KnownECConnectors)
+	doc, _, err := deploy.Load(deploy.DefaultConfigName, deploy.DefaultConfig(), deploy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, known := deploy.ECConnectors(), doc.Topology().Supported.EC; !slices.Equal(got, known) {
+		t.Errorf("deploy.ECConnectors() = %v, the EC connectors topology validates against = %v; keep them equal", got, known)
 	}
 	for _, c := range deploy.ECConnectors() {
 		if deploy.IsVLLMECConnector(c) == (c == deploy.DefaultECConnector) {

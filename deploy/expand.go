@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/topology"
 )
 
@@ -127,7 +128,7 @@ func (p *problems) pdOf(n *Node, opts Options) *pdRequest {
 		req.devices, req.devicesNode = d, nil
 	}
 	if req.connector != "" {
-		if _, ok := lookupKVConnector(req.connector); !ok {
+		if _, ok := lookupKVConnector(req.connector); !ok && !knownKVConnector(req.connector) {
 			at := req.connectorNode
 			path := "pd.connector"
 			if at == nil {
@@ -233,6 +234,20 @@ func expandPD(doc *Document, req *pdRequest, p *problems) bool {
 		connector = DefaultKVConnector
 	}
 	spec, ok := lookupKVConnector(connector)
+	if !ok && knownKVConnector(connector) {
+		// A connector omnipd routes but cannot write (MultiConnector).
+		at, path := req.connectorNode, "pd.connector"
+		switch {
+		case req.connector == "":
+			at, path = fieldAt(thinker, "kv_transfer_config.kv_connector")
+		case at == nil:
+			path = "--connector"
+		}
+		p.errs = append(p.errs, Error{Pos: posOf(at), Path: path,
+			Msg: fmt.Sprintf("omnipd cannot split the Thinker over %s, whose child connectors are the config's to name; write the prefill and decode stages (is_prefill_only, is_decode_only) with their kv_transfer_config, or use one of %s", connector, quoteAll(KVConnectors()))})
+		p.decodeOnly(connector, req)
+		return false
+	}
 	if !ok {
 		at, path := fieldAt(thinker, "kv_transfer_config.kv_connector")
 		p.errorf(at, path, "unknown KV connector %q; omnipd can configure %s", connector, quoteAll(KVConnectors()))
@@ -463,18 +478,18 @@ func encoderBesideUnsplit(doc *Document) *Stage {
 }
 
 // decodeOnlyHangs are the connectors whose decode engine cannot serve a
-// request no prefill ran for. Their consumers claim the prompt's KV on
-// every request whatever kv_transfer_params say (get_num_new_matched_tokens
-// returns len(prompt) - 1 without reading them): P2pNccl's recv_tensor then
-// waits forever for tensors nobody sends (p2p_nccl_connector.py,
-// p2p_nccl_engine.py), a MoRIIO WRITE decode waits for writes that never
-// come, and a MoRIIO READ decode computes on KV it never loaded
-// (moriio_connector.py). A test keeps these names those of the contracts
-// that are kvconnector.PromptClaimers.
-var decodeOnlyHangs = map[string]string{
-	"P2pNcclConnector": "a P2pNccl decode waits forever for KV no prefill sends",
-	"MoRIIOConnector":  "a MoRIIO decode claims KV no prefill made (WRITE mode waits for it forever, READ mode computes on blocks it never loaded)",
-}
+// request no prefill ran for, with what it does instead
+// (kvconnector.Spec.ClaimsEveryPrompt and DecodeAlone): their consumers
+// claim the prompt's KV on every request whatever kv_transfer_params say.
+var decodeOnlyHangs = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range kvconnector.Specs() {
+		if s.ClaimsEveryPrompt {
+			m[s.Name] = s.DecodeAlone
+		}
+	}
+	return m
+}()
 
 // decodeOnly refuses the pd: settings that send a request to the decode
 // without a prefill (min_prefill_tokens, fallback: local) for the

@@ -46,6 +46,10 @@ func lmcachePD(kv *KVConfig) bool {
 	return err == nil && b
 }
 
+// LMCachePD reports whether stage s runs LMCache's PD mode
+// (lmcache.enable_pd), read as LMCache and omnipd serve read it.
+func LMCachePD(s *Stage) bool { return lmcachePD(s.KV) }
+
 // LMCacheReceiverPorts are the pd_peer_init_port and pd_peer_alloc_port of
 // LMCache PD receiver replica r of stage s, one port per TP rank: the ports
 // the router names in the prefill leg's disagg_spec for that instance
@@ -61,13 +65,6 @@ func LMCacheReceiverPorts(s *Stage, r topology.Replica) (initPorts, allocPorts [
 	}
 	return initPorts, allocPorts
 }
-
-// lmcacheHashSeed is the PYTHONHASHSEED PD expansion gives both LMCache
-// engines (the example launcher's default): LMCache keys chunks by Python
-// hashes, so a decode with another seed finds nothing the prefill stored
-// (disagg_vllm_launcher.sh). A fixed seed makes hash flooding predictable;
-// a deployment that cares sets its own in the Thinker's env, which wins.
-var lmcacheHashSeed = param{"PYTHONHASHSEED", func() *Node { return newStr("123", Pos{}) }}
 
 // lmcachePDSpec is LMCache's spec in PD mode. Only the receiver listens: per
 // TP rank a NIXL init port and a ZMQ alloc port, so instances are 2 × TP

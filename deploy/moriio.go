@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/topology"
 )
 
@@ -19,7 +20,7 @@ import (
 func (p *problems) moriioReadModes(doc *Document) {
 	prefill, decode := -1, -1
 	for i, s := range doc.Stages {
-		if s.KV == nil || s.KV.Connector != "MoRIIOConnector" {
+		if s.KV == nil || s.KV.Connector != kvconnector.MoRIIOConnector {
 			continue
 		}
 		switch s.Role {

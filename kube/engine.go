@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,26 +27,40 @@ const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 // expands $(VAR) in a container's args from its environment.
 const podNameRef = "$(POD_NAME)"
 
-// perPodEngineID are the connectors that need every engine instance to have
-// its own engine id. A NIXL decode caches its handshake with a prefill
-// under the prefill's engine id, so prefill pods sharing one id would have
-// their KV read from whichever pod shook hands first. The prefill tells
-// omnipd its engine id (remote_engine_id) in every response, so the id
-// need not be known in advance: each pod takes its own name.
+// perPodEngineID reports whether the pods of a stage over connector each
+// take their own engine id, their name: for connectors whose prefill
+// names its engine id in every answer (kvconnector.Spec.EngineIDFromAnswer).
+// A NIXL decode caches its handshake with a prefill under the prefill's
+// engine id, so prefill pods sharing one id would have their KV read from
+// whichever pod shook hands first; the id need not be known in advance.
 //
 // The other connectors keep the stage's engine id on every pod of a role:
 // omnipd tells a Mooncake decode the prefill's engine id from the config
 // (it sends both legs at once, before any response), so all prefill pods
 // must answer to that one id; P2pNccl and LMCache do not route by it.
-var perPodEngineID = map[string]bool{"NixlConnector": true}
+func perPodEngineID(connector string) bool {
+	spec, _ := kvconnector.SpecOf(connector)
+	return spec.EngineIDFromAnswer
+}
 
 // podAddressEnv are connector variables that must hold the pod's own
 // address, read from the downward API, rather than the address the
-// engine listens on: NIXL's side channel host is what the prefill puts
-// in remote_host for the decode pod to connect to. P2pNccl binds its
-// side channel on VLLM_HOST_IP, which must be an address of the pod (the
-// peer reaches it through the role Service omnipd names in the request id).
-var podAddressEnv = map[string]bool{"VLLM_NIXL_SIDE_CHANNEL_HOST": true, "VLLM_HOST_IP": true}
+// engine listens on (kvconnector.EnvVar.IsAddress): NIXL's side channel
+// host is what the prefill puts in remote_host for the decode pod to
+// connect to. P2pNccl binds its side channel on VLLM_HOST_IP, which must
+// be an address of the pod (the peer reaches it through the role Service
+// omnipd names in the request id).
+var podAddressEnv = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range kvconnector.Specs() {
+		for _, e := range s.Env {
+			if e.IsAddress() {
+				m[e.Name] = true
+			}
+		}
+	}
+	return m
+}()
 
 // engineRole is one stage as a set of identical engine pods.
 type engineRole struct {
@@ -121,7 +136,7 @@ func newEngineRole(doc *deploy.Document, s *deploy.Stage, opts Options, worker *
 			r.engineID = first.EngineID
 		}
 		tmpl.EngineID = r.engineID
-		if perPodEngineID[s.KV.Connector] {
+		if perPodEngineID(s.KV.Connector) {
 			tmpl.EngineID = podNameRef
 		}
 		r.kvPort = listeningKVPort(s, first)
@@ -264,15 +279,17 @@ func secretEnv(o Options, name, key string) corev1.EnvVar {
 }
 
 // listeningKVPort is the port the engine of replica r listens on for its
-// connector's side channel, where the vllm plan gives it one: NIXL's side
-// channel, Mooncake's bootstrap server (prefill only), or the kv_port of the
-// kv_transfer_config (P2pNccl, MoRIIO).
+// connector's side channel, where the vllm plan gives it one: the port of
+// the connector's environment variable (kvconnector.EnvKVPort: NIXL's side
+// channel, Mooncake's bootstrap server) on the sides that get it, else the
+// kv_port of the kv_transfer_config (P2pNccl).
 func listeningKVPort(s *deploy.Stage, r topology.Replica) int {
-	switch s.KV.Connector {
-	case "NixlConnector":
-		return r.KVPort
-	case "MooncakeConnector":
-		if s.Role == topology.RolePrefill {
+	spec, _ := kvconnector.SpecOf(s.KV.Connector)
+	for _, e := range spec.Env {
+		if e.From != kvconnector.EnvKVPort {
+			continue
+		}
+		if deploy.OnSides(s, e.Sides) {
 			return r.KVPort
 		}
 		return 0

@@ -20,10 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
@@ -236,7 +236,8 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 		if s.KV == nil || s.NumReplicas < 2 {
 			continue
 		}
-		if why, ok := serviceAddressed[s.KV.Connector]; ok {
+		if spec, ok := kvconnector.SpecOf(s.KV.Connector); ok && spec.SharedAddress != "" {
+			why := spec.SharedAddress
 			notes = append(notes, fmt.Sprintf("stage %d: %d %s pods behind one Service: %s", s.ID, s.NumReplicas, s.Role, why))
 		}
 	}
@@ -248,15 +249,6 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 		}
 	}
 	return notes, nil
-}
-
-// serviceAddressed are connectors whose router-side handoff names an
-// engine's own side channel, which omnipd reaches through the role's
-// Service: with several pods in the role, the Service may pick another pod
-// than the one that served the HTTP leg.
-var serviceAddressed = map[string]string{
-	"MooncakeConnector": "the decode fetches the KV from the prefill's bootstrap server at the prefill Service, which is only right with one prefill pod",
-	"P2pNcclConnector":  "omnipd names each side's kv_ip:kv_port (the role Services) in the request id, which is only right with one pod per role",
 }
 
 func (o Options) vllm() launch.VLLMOptions {
@@ -355,14 +347,4 @@ func checkThinkerStages(doc *deploy.Document, opts Options) error {
 // (the decode's pd_peer_host is its kv_ip or 127.0.0.1, the prefills'
 // pd_proxy_host is where serve binds), and LMCache's receiver binds
 // pd_peer_host, which must be an address of its own pod.
-func lmcachePD(s *deploy.Stage) bool {
-	if s.KV == nil || s.KV.Connector != "LMCacheConnectorV1" || s.KV.ExtraConfig == nil {
-		return false
-	}
-	v := s.KV.ExtraConfig.Get("lmcache.enable_pd")
-	if v == nil || v.Kind != deploy.KindScalar {
-		return false
-	}
-	b, err := strconv.ParseBool(strings.ToLower(v.Value))
-	return err == nil && b
-}
+func lmcachePD(s *deploy.Stage) bool { return deploy.LMCachePD(s) }

@@ -3,7 +3,9 @@
 // kv_transfer_params the prefill leg carries, the keys its response must
 // carry, how the decode leg's kv_transfer_params are built from that response,
 // the X-Request-Id of each leg, and whether the two legs may be sent at the
-// same time.
+// same time. It also holds each connector's facts as plain data (Spec): its
+// roles, ports, environment, parallelism and claims, which every other
+// package reads from here instead of keeping its own list of connectors.
 //
 // vllm-omni's router checks one contract (NIXL's) and needs remote_request_id
 // in every prefill response; vLLM's MooncakeConnector answers a prefill with

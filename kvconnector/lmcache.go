@@ -120,3 +120,17 @@ var _ DoneNotifier = (*lmcachePD)(nil)
 
 func (*lmcachePD) DoneKey(h Handoff) string { return lmcacheReqID(h) }
 func (*lmcachePD) DoneCount(h Handoff) int  { return tp(h.Decode) }
+
+// lmcacheSpec: storage mode needs no port of the router's; PD mode's
+// ports and keys are the deploy config's (lmcache.*). LMCache keys chunks
+// by Python hashes, so a decode with another PYTHONHASHSEED finds nothing
+// the prefill stored (disagg_vllm_launcher.sh): PD expansion gives both
+// engines the example launcher's seed. A fixed seed makes hash flooding
+// predictable; a deployment that cares sets its own, which wins.
+func lmcacheSpec() Spec {
+	return Spec{
+		Name: LMCacheConnectorV1, Transfer: KV, VLLM: true, Expandable: true,
+		Roles:        kvRoles,
+		ExpansionEnv: []Setting{{"PYTHONHASHSEED", "123"}},
+	}
+}

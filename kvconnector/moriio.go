@@ -24,11 +24,9 @@ import (
 func moriio(extra map[string]any) (Contract, error) {
 	read := moriioReadMode(extra["read_mode"])
 	c := &contract{
-		name:     MoRIIOConnector,
-		dispatch: Sequential,
-		// moriio_connector.py get_num_new_matched_tokens: a consumer claims
-		// the prompt's KV for every request, in READ and WRITE mode.
-		claimsEveryPrompt: true,
+		name:              MoRIIOConnector,
+		dispatch:          Sequential,
+		claimsEveryPrompt: moriioSpec().ClaimsEveryPrompt,
 		prefill: func(h Handoff) map[string]any {
 			p := moriioPeer(h.Decode)
 			p["do_remote_decode"] = true
@@ -123,4 +121,36 @@ func moriioReadMode(v any) bool {
 	}
 	n, ok := wholeNumber(v)
 	return ok && n == 1
+}
+
+// moriioSpec: vLLM's MoRIIO (moriio_common.py MoRIIOConfig) reads
+// handshake_port and notify_port from kv_connector_extra_config (each TP
+// rank adds its rank; MoRIIOConstants.DEFAULT_HANDSHAKE_PORT 6301 and
+// DEFAULT_NOTIFY_PORT 61005, applied by MoRIIOConnector._set_port_defaults
+// at 6fbdff48), and proxy_ip, proxy_ping_port and http_port without
+// defaults. PD expansion picks READ mode, which is routed sequentially, so
+// a prefill that fails never leaves a decode waiting for writes; an empty
+// proxy_ip keeps the engine from pinging a discovery proxy: omnipd routes
+// from the config.
+func moriioSpec() Spec {
+	return Spec{
+		Name: MoRIIOConnector, Transfer: KV, VLLM: true, Expandable: true,
+		Roles: kvRoles,
+		ExtraConfig: []Setting{
+			{"read_mode", true},
+			{"proxy_ip", ""},
+			{"proxy_ping_port", 0},
+		},
+		Ports: Ports{
+			Key: "handshake_port", InExtraConfig: true, Base: 6301, Listens: BothSides, PerRank: 2,
+			NotifyKey: "notify_port", HTTPPortKey: "http_port",
+			EngineDefault: 6301, NotifyEngineDefault: 61005,
+		},
+		ExpansionEnv: []Setting{{keepRequestIDs, "1"}},
+		Env:          []EnvVar{{Name: keepRequestIDs, From: EnvLiteral, Value: "1", Sides: BothSides}},
+		// moriio_connector.py get_num_new_matched_tokens: a consumer claims
+		// the prompt's KV for every request, in READ and WRITE mode.
+		ClaimsEveryPrompt: true,
+		DecodeAlone:       "a MoRIIO decode claims KV no prefill made (WRITE mode waits for it forever, READ mode computes on blocks it never loaded)",
+	}
 }

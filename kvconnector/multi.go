@@ -101,3 +101,10 @@ func passive(c Contract) bool {
 	return c.Dispatch() == Sequential && c.PrefillParams(probe) == nil && len(c.Required()) == 0 &&
 		p == probe.RequestID && d == probe.RequestID && dp == nil && err == nil
 }
+
+// multiSpec: routed as its PD child, whose facts come with the child's own
+// config, so PD expansion cannot write it and omnipd routes no
+// data-parallel stage over it.
+func multiSpec() Spec {
+	return Spec{Name: MultiConnector, Transfer: KV, VLLM: true}
+}

@@ -89,3 +89,22 @@ func checkOptional(connector string, rules []rule, m map[string]any) error {
 	e.Connector = connector
 	return &e
 }
+
+// nixlSpec: both sides run a side channel (VLLM_NIXL_SIDE_CHANNEL_HOST and
+// _PORT, 5600 by default; each DP rank adds its index), and the prefill's
+// answer names its engine id and side channel, so the decode needs nothing
+// from configuration: the one connector omnipd routes data-parallel.
+func nixlSpec() Spec {
+	return Spec{
+		Name: NixlConnector, Transfer: KV, VLLM: true, Expandable: true,
+		Roles:        Roles{Producer: "kv_both", Consumer: "kv_both"},
+		BufferDevice: "cuda",
+		Ports:        Ports{Key: "kv_port", Base: 5600, Listens: BothSides},
+		Env: []EnvVar{
+			{Name: "VLLM_NIXL_SIDE_CHANNEL_HOST", From: EnvListenHost, Sides: BothSides},
+			{Name: "VLLM_NIXL_SIDE_CHANNEL_PORT", From: EnvKVPort, Sides: BothSides},
+		},
+		DataParallel:       true,
+		EngineIDFromAnswer: true,
+	}
+}

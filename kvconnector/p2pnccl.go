@@ -11,11 +11,9 @@ import (
 // engines need VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1).
 func p2pNccl(map[string]any) (Contract, error) {
 	return &contract{
-		name:     P2pNcclConnector,
-		dispatch: Sequential,
-		// p2p_nccl_connector.py get_num_new_matched_tokens: a consumer
-		// returns len(prompt) - 1 for every request.
-		claimsEveryPrompt: true,
+		name:              P2pNcclConnector,
+		dispatch:          Sequential,
+		claimsEveryPrompt: p2pNcclSpec().ClaimsEveryPrompt,
 		requestIDs: func(h Handoff) (string, string) {
 			id := p2pNcclRequestID(h)
 			return id, id
@@ -41,4 +39,29 @@ func p2pNcclRequestID(h Handoff) string {
 	return "___prefill_addr_" + h.Prefill.KVHost + ":" + strconv.Itoa(h.Prefill.KVPort) +
 		"___decode_addr_" + h.Decode.KVHost + ":" + strconv.Itoa(h.Decode.KVPort) +
 		"_" + hex.EncodeToString([]byte(h.RequestID))
+}
+
+// p2pNcclSpec: the engine binds tcp://<VLLM_HOST_IP>:<kv_port + TP rank>
+// on both sides (kv_port 14579 by default, vllm/config/kv_transfer.py),
+// and get_ip() is VLLM_HOST_IP or the primary interface's address; omnipd
+// names kv_ip (127.0.0.1 when unset) in the request id, so the engine must
+// listen there. It matches a transfer by request id on both sides.
+func p2pNcclSpec() Spec {
+	return Spec{
+		Name: P2pNcclConnector, Transfer: KV, VLLM: true, Expandable: true,
+		Roles:        kvRoles,
+		ExtraConfig:  []Setting{{"send_type", "PUT_ASYNC"}},
+		Ports:        Ports{Key: "kv_port", Base: 21001, Listens: BothSides, PerRank: 1, EngineDefault: 14579},
+		ExpansionEnv: []Setting{{keepRequestIDs, "1"}},
+		Env: []EnvVar{
+			{Name: keepRequestIDs, From: EnvLiteral, Value: "1", Sides: BothSides},
+			{Name: "VLLM_HOST_IP", From: EnvKVHost, Sides: BothSides},
+		},
+		// p2p_nccl_connector.py get_num_new_matched_tokens: a consumer
+		// returns len(prompt) - 1 for every request, and recv_tensor then
+		// waits for tensors nobody sends (p2p_nccl_engine.py).
+		ClaimsEveryPrompt: true,
+		DecodeAlone:       "a P2pNccl decode waits forever for KV no prefill sends",
+		SharedAddress:     "omnipd names each side's kv_ip:kv_port (the role Services) in the request id, which is only right with one pod per role",
+	}
 }

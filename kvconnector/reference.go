@@ -35,3 +35,15 @@ func (c *referenceContract) LeaseKey(h Handoff) string {
 	pid, _ := c.RequestIDs(h)
 	return pid
 }
+
+// referenceSpec: omnipd's own connector (package worker), which reference
+// workers run without a GPU; both sides listen on loopback from 17100.
+func referenceSpec() Spec {
+	return Spec{
+		Name: ReferenceConnector, Transfer: KV, Expandable: true,
+		Roles:       kvRoles,
+		KVIP:        "127.0.0.1",
+		ExtraConfig: []Setting{{"handshake", "pull"}},
+		Ports:       Ports{Key: "kv_port", Base: 17100, Listens: BothSides},
+	}
+}

@@ -24,24 +24,14 @@ type Registry struct {
 // NewRegistry returns a registry holding every built-in contract.
 func NewRegistry() *Registry {
 	r := &Registry{}
-	// The one list of built-ins. MultiConnector needs the registry itself to
-	// build its children, so that connectors registered later can be
-	// children too.
-	builtins := []struct {
-		name    string
-		factory Factory
-	}{
-		{NixlConnector, nixl},
-		{MooncakeConnector, mooncake},
-		{P2pNcclConnector, p2pNccl},
-		{LMCacheConnectorV1, lmcache},
-		{MoRIIOConnector, moriio},
-		{MultiConnector, r.multi},
-		{ReferenceConnector, reference},
-	}
-	for _, b := range builtins {
-		if err := r.Register(b.name, b.factory); err != nil {
-			panic(err) // a duplicate in the list above: a programming error
+	// MultiConnector needs the registry itself to build its children, so
+	// that connectors registered later can be children too.
+	for _, b := range builtins(r) {
+		if b.factory == nil {
+			continue // an EC connector: facts only, no router contract
+		}
+		if err := r.Register(b.spec.Name, b.factory); err != nil {
+			panic(err) // a duplicate in builtins: a programming error
 		}
 	}
 	return r

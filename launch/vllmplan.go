@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/topology"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
 )
@@ -214,9 +215,11 @@ func planReplicas(doc *deploy.Document, opts VLLMOptions, plan *VLLMPlan, forSta
 	planned := make([][]string, len(doc.Stages))
 	port := opts.BasePort
 	for si, s := range doc.Stages {
-		if s.KV != nil && s.KV.Connector == deploy.DefaultKVConnector {
-			return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1 or MoRIIOConnector), or run reference workers with omnipd serve",
-				s.ID, s.KV.Connector)
+		if s.KV != nil {
+			if spec, ok := kvconnector.SpecOf(s.KV.Connector); ok && !spec.VLLM {
+				return nil, fmt.Errorf("stage %d: kv_connector %s is omnipd's reference connector, not a vLLM KV connector; choose one vLLM has (--connector %s), or run reference workers with omnipd serve",
+					s.ID, s.KV.Connector, orList(vllmKVConnectors()))
+			}
 		}
 		instance, err := forStage(s)
 		if err != nil {
@@ -336,30 +339,42 @@ func instanceEnv(s *deploy.Stage, r topology.Replica, opts VLLMOptions) map[stri
 		}
 		env["CUDA_VISIBLE_DEVICES"] = strings.Join(ds, ",")
 	}
-	if s.KV != nil {
-		switch s.KV.Connector {
-		case "MooncakeConnector":
-			if s.Role == topology.RolePrefill && r.KVPort != 0 {
-				env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = strconv.Itoa(r.KVPort)
-			}
-		case "NixlConnector":
-			env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = opts.Host
+	if s.KV == nil {
+		return env
+	}
+	spec, _ := kvconnector.SpecOf(s.KV.Connector)
+	for _, e := range spec.Env {
+		if !deploy.OnSides(s, e.Sides) {
+			continue
+		}
+		switch e.From {
+		case kvconnector.EnvLiteral:
+			env[e.Name] = e.Value
+		case kvconnector.EnvKVPort:
 			if r.KVPort != 0 {
-				env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = strconv.Itoa(r.KVPort)
+				env[e.Name] = strconv.Itoa(r.KVPort)
 			}
-		case "P2pNcclConnector":
-			// It matches a transfer by request id on both sides.
-			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
-			// The engine binds tcp://<get_ip()>:<kv_port + rank>, and get_ip()
-			// is VLLM_HOST_IP or the primary interface's address; omnipd
-			// names kv_ip (127.0.0.1 when unset) in the request id, so the
-			// engine must listen there.
-			env["VLLM_HOST_IP"] = P2pNcclHost(s)
-		case "MoRIIOConnector":
-			env["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+		case kvconnector.EnvListenHost:
+			env[e.Name] = opts.Host
+		case kvconnector.EnvKVHost:
+			env[e.Name] = deploy.KVHost(s)
 		}
 	}
 	return env
+}
+
+// vllmKVConnectors are the KV connectors a vllm plan can run: vLLM's own
+// that PD expansion can write.
+func vllmKVConnectors() []string {
+	return kvconnector.Names(kvconnector.KV, func(s kvconnector.Spec) bool { return s.VLLM && s.Expandable })
+}
+
+// orList joins names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // sortedEnv is env as sorted KEY=VALUE.
@@ -370,15 +385,6 @@ func sortedEnv(env map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// P2pNcclHost is the address omnipd encodes in a P2pNccl request id for an
-// instance of stage s: its kv_ip, or 127.0.0.1 (what omnipd serve uses).
-func P2pNcclHost(s *deploy.Stage) string {
-	if s.KV != nil && s.KV.IP != "" {
-		return s.KV.IP
-	}
-	return "127.0.0.1"
 }
 
 // kvTransferJSON is the --kv-transfer-config of one replica: the stage's
@@ -421,29 +427,37 @@ func kvTransferJSON(s *deploy.Stage, r topology.Replica, httpPort int) (string, 
 		n.Set("kv_load_failure_policy", str(kv.LoadFailurePolicy))
 	}
 	extra := kv.ExtraConfig.Clone()
-	if kv.Connector == "MooncakeConnector" && extra != nil {
-		// The deploy config keeps each prefill's bootstrap port under
-		// mooncake_bootstrap_port (omnipd serve reads it there), but vLLM's
-		// MooncakeConnector reads only VLLM_MOONCAKE_BOOTSTRAP_PORT
-		// (mooncake_utils.py get_mooncake_bootstrap_addr), which the
-		// instance's env carries; a copy here would mislead.
-		extra.Delete("mooncake_bootstrap_port")
+	ports := kvconnector.Ports{}
+	if spec, ok := kvconnector.SpecOf(kv.Connector); ok {
+		ports = spec.Ports
+	}
+	perInstance := ports.InExtraConfig && !ports.EnvOnly
+	if ports.InExtraConfig && ports.EnvOnly && extra != nil {
+		// The deploy config keeps each instance's port there (omnipd serve
+		// reads it there, e.g. Mooncake's mooncake_bootstrap_port), but the
+		// engine reads only its environment variable, which the instance's
+		// env carries; a copy here would mislead.
+		extra.Delete(ports.Key)
 		if len(extra.Keys) == 0 {
 			extra = nil
 		}
 	}
-	if kv.Connector == "MoRIIOConnector" {
-		// MoRIIO reads its ports from here, each replica its own, and
-		// http_port with no default (it is what its discovery ping would
-		// announce).
+	if perInstance || ports.HTTPPortKey != "" {
+		// The engine reads its ports from here, each replica its own, and
+		// its HTTP port with no default (MoRIIO: what its discovery ping
+		// would announce).
 		if extra == nil {
 			extra = &deploy.Node{Kind: deploy.KindMap}
 		}
-		if r.KVPort != 0 {
-			extra.Set("handshake_port", integer(r.KVPort))
-			extra.Set("notify_port", integer(deploy.MoRIIONotifyPort(s, r)))
+		if perInstance && r.KVPort != 0 {
+			extra.Set(ports.Key, integer(r.KVPort))
+			if ports.NotifyKey != "" {
+				extra.Set(ports.NotifyKey, integer(deploy.NotifyPort(s, r)))
+			}
 		}
-		extra.Set("http_port", integer(httpPort))
+		if ports.HTTPPortKey != "" {
+			extra.Set(ports.HTTPPortKey, integer(httpPort))
+		}
 	}
 	if initPorts, allocPorts := deploy.LMCacheReceiverPorts(s, r); initPorts != nil {
 		// The stage's extra config holds its first receiver's ports; each

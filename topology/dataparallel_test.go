@@ -1,9 +1,6 @@
 package topology
 
-import (
-	"slices"
-	"testing"
-)
+import "testing"
 
 // validDPPD is validPD with a decode of data_parallel_size 2 (two DP ranks
 // behind one API server, one device each) over the given connector.
@@ -19,17 +16,22 @@ func validDPPD(connector string) *Topology {
 }
 
 func TestValidateDataParallel(t *testing.T) {
-	for _, c := range DataParallelConnectors {
+	for _, k := range testSupport().KV {
+		if !k.DataParallel {
+			continue
+		}
+		c := k.Name
 		t.Run(c+" routed", func(t *testing.T) {
 			if vs := Validate(validDPPD(c)); len(vs) != 0 {
 				t.Fatalf("a DP decode over %s: got %v, want none", c, vs)
 			}
 		})
 	}
-	for _, c := range KnownConnectors {
-		if slices.Contains(DataParallelConnectors, c) {
+	for _, k := range testSupport().KV {
+		if k.DataParallel {
 			continue
 		}
+		c := k.Name
 		t.Run(c+" refused", func(t *testing.T) {
 			vs := Validate(validDPPD(c))
 			if len(vs) != 1 || vs[0].Code != CodePDDataParallelUnroutable || vs[0].Stage != 1 || vs[0].Field != "data_parallel_size" {

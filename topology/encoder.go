@@ -66,9 +66,9 @@ func (v *validator) encoders() {
 		if validECRole(es.EC.Role) && es.EC.Role != ECProducer {
 			v.add(e, "ec_transfer_config.ec_role", CodeEncoderECRole, "%q on an encoder stage; want ec_producer (only an ec_producer instance is encoder-only in vLLM: ec_both also runs the language model and allocates a KV cache)", es.EC.Role)
 		}
-		if c := es.EC.Connector; c != "" && !slices.Contains(KnownECConnectors, c) {
+		if c := es.EC.Connector; c != "" && !slices.Contains(v.t.Supported.EC, c) {
 			v.add(e, "ec_transfer_config.ec_connector", CodeEncoderECConnectorUnknown, "ec_connector %q is not one omnipd can run an encoder stage over; use one of %s",
-				c, strings.Join(KnownECConnectors, ", "))
+				c, strings.Join(v.t.Supported.EC, ", "))
 		}
 	}
 

@@ -100,17 +100,6 @@ type ECTransfer struct {
 	StoreField string
 }
 
-// DataParallelConnectors are the KV connectors omnipd routes a
-// data-parallel PD stage for. Routing one means pinning each leg to a DP
-// rank (X-data-parallel-rank) and addressing the prefill rank's engine id
-// (<engine_id>_dp<rank>) and ports. NIXL's prefill answer already names
-// its rank's engine id and side channel (VLLM_NIXL_SIDE_CHANNEL_PORT + DP
-// index), which the decode gets verbatim; the others' decode parameters are
-// built before the prefill answers and name no rank, so a PD stage with
-// data_parallel_size > 1 over them is refused rather than served with
-// handoffs that name an engine id no rank answers to.
-var DataParallelConnectors = []string{"NixlConnector"}
-
 // DevicesPerInstance is how many accelerators one instance of s uses: its
 // TP ranks times its DP ranks.
 func (s *Stage) DevicesPerInstance() int {
@@ -167,6 +156,46 @@ type Topology struct {
 	Stages []Stage
 	// Connectors are the names of the stage connectors the deploy config defines.
 	Connectors []string
+	// Supported are the KV and EC connectors the stages may name: facts
+	// about omnipd, not about the config, given as data by whoever builds
+	// the topology (package deploy gives kvconnector's entries) so that
+	// this package knows no connector of its own. The zero value supports
+	// none.
+	Supported ConnectorSupport
+}
+
+// ConnectorSupport is what validation knows of the transfer connectors.
+type ConnectorSupport struct {
+	// KV are the KV connectors omnipd has a router-side contract for, in
+	// the order errors list them.
+	KV []KVConnectorSupport
+	// EC are the EC (encoder cache) connectors omnipd can run an encoder
+	// stage over, in the order errors list them.
+	EC []string
+}
+
+// KVConnectorSupport is what validation knows of one KV connector.
+type KVConnectorSupport struct {
+	Name string
+	// DataParallel: omnipd routes a data-parallel PD stage over it.
+	// Routing one means pinning each leg to a DP rank
+	// (X-data-parallel-rank) and addressing the prefill rank's engine id
+	// (<engine_id>_dp<rank>) and ports, which takes a handoff built from
+	// the prefill rank's answer; a PD stage with data_parallel_size > 1
+	// over another connector is refused rather than served with handoffs
+	// that name an engine id no rank answers to.
+	DataParallel bool
+}
+
+// kvNames are the names of the KV connectors of c that satisfy keep.
+func (c ConnectorSupport) kvNames(keep func(KVConnectorSupport) bool) []string {
+	var names []string
+	for _, k := range c.KV {
+		if keep(k) {
+			names = append(names, k.Name)
+		}
+	}
+	return names
 }
 
 // StageIndex returns the position in t.Stages of the stage with the given id, or -1.

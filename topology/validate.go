@@ -43,15 +43,6 @@ func (v Violation) String() string {
 	return path + ": " + v.Msg
 }
 
-// KnownConnectors lists the KV connectors omnipd knows the router-side contract of.
-var KnownConnectors = []string{"MooncakeConnector", "NixlConnector", "P2pNcclConnector", "LMCacheConnectorV1", "MoRIIOConnector", "ReferenceConnector"}
-
-// KnownECConnectors lists the EC (encoder cache) connectors omnipd can run
-// an encoder stage over: vLLM's ECExampleConnector, which needs nothing of
-// the router (both ends find an item's outputs by its content hash in a
-// shared directory), and omnipd's reference connector for reference workers.
-var KnownECConnectors = []string{"ECExampleConnector", "ReferenceECConnector"}
-
 // Violation codes. They are part of omnipd's interface (tests, scripts and
 // the CLI match on them), so a code never changes meaning once released.
 const (
@@ -644,6 +635,8 @@ func (v *validator) disaggregation() {
 	}
 
 	pd := slices.Concat(prefills, decodes)
+	known := v.t.Supported.kvNames(func(KVConnectorSupport) bool { return true })
+	dataParallel := v.t.Supported.kvNames(func(k KVConnectorSupport) bool { return k.DataParallel })
 	seenUnknown := map[string]bool{}
 	incapable := false
 	for _, i := range pd {
@@ -666,15 +659,15 @@ func (v *validator) disaggregation() {
 		case s.Role == RoleDecode && s.KV.Role == KVProducer:
 			v.add(i, "kv_transfer_config.kv_role", CodePDDecodeKVRole, "%q on a decode stage; want kv_consumer or kv_both", s.KV.Role)
 		}
-		if c := s.KV.Connector; s.DataParallelSize > 1 && c != "" && !slices.Contains(DataParallelConnectors, c) {
+		if c := s.KV.Connector; s.DataParallelSize > 1 && c != "" && !slices.Contains(dataParallel, c) {
 			v.add(i, "data_parallel_size", CodePDDataParallelUnroutable,
 				"data_parallel_size %d on a %s stage over %s: omnipd cannot pin its legs to DP ranks for that connector; use one of %s, or run the ranks as replicas (num_replicas) with data_parallel_size 1",
-				s.DataParallelSize, s.Role, c, strings.Join(DataParallelConnectors, ", "))
+				s.DataParallelSize, s.Role, c, strings.Join(dataParallel, ", "))
 		}
-		if c := s.KV.Connector; c != "" && !slices.Contains(KnownConnectors, c) && !seenUnknown[c] {
+		if c := s.KV.Connector; c != "" && !slices.Contains(known, c) && !seenUnknown[c] {
 			seenUnknown[c] = true
 			v.add(i, "kv_transfer_config.kv_connector", CodePDKVConnectorUnknown, "kv_connector %q has no router-side support in omnipd; use one of %s",
-				c, strings.Join(KnownConnectors, ", "))
+				c, strings.Join(known, ", "))
 		}
 	}
 	if incapable {

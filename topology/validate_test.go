@@ -9,10 +9,23 @@ import (
 	"testing"
 )
 
+// testSupport are the connectors the test topologies may name, as a
+// caller would give them (package deploy gives kvconnector's entries).
+func testSupport() ConnectorSupport {
+	return ConnectorSupport{
+		KV: []KVConnectorSupport{
+			{Name: "MooncakeConnector"}, {Name: "NixlConnector", DataParallel: true}, {Name: "P2pNcclConnector"},
+			{Name: "LMCacheConnectorV1"}, {Name: "MoRIIOConnector"}, {Name: "ReferenceConnector"},
+		},
+		EC: []string{"ECExampleConnector", "ReferenceECConnector"},
+	}
+}
+
 // validPD is the basic TP=1 disaggregated Qwen3-Omni layout: prefill on
 // device 0, decode on 1, Talker and Code2Wav sharing 2.
 func validPD() *Topology {
 	return &Topology{
+		Supported:  testSupport(),
 		Connectors: []string{"shm"},
 		Stages: []Stage{
 			{
@@ -51,6 +64,7 @@ func validPD() *Topology {
 // and Code2Wav sharing device 1.
 func validColocated() *Topology {
 	return &Topology{
+		Supported:  testSupport(),
 		Connectors: []string{"shm"},
 		Stages: []Stage{
 			{

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/launch"
@@ -27,7 +28,7 @@ func (f *configFlags) register(cmd *cobra.Command) {
 // (serve has a --pd of its own, on by default).
 func (f *configFlags) registerLayout(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.platform, "platform", "", "apply the config's platforms.NAME section (npu, rocm, xpu, musa, ...)")
-	cmd.Flags().StringVar(&f.connector, "connector", "", "KV connector between prefill and decode (MooncakeConnector, NixlConnector, P2pNcclConnector, LMCacheConnectorV1, MoRIIOConnector, ReferenceConnector)")
+	cmd.Flags().StringVar(&f.connector, "connector", "", "KV connector between prefill and decode ("+strings.Join(deploy.KVConnectors(), ", ")+")")
 	cmd.Flags().StringVar(&f.devices, "devices", "", `device pool for the prefill/decode layout, e.g. "0-4" or "0,1,2"`)
 }
 

@@ -507,7 +507,6 @@ func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logge
 	}
 }
 
-// kvHost is the address a stage's KV side channels listen on.
 // thinkerPeer is what the KV contract needs to know of one Thinker
 // instance at base URL url.
 func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Peer {
@@ -517,7 +516,7 @@ func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Pe
 		KVPort:     r.KVPort,
 		HTTPAddr:   strings.TrimPrefix(url, "http://"),
 		TP:         s.TensorParallelSize,
-		NotifyPort: deploy.MoRIIONotifyPort(s, r),
+		NotifyPort: deploy.NotifyPort(s, r),
 		// vLLM names rank k's engine <engine_id>_dp<k>; the orchestrator pins
 		// both legs of a handoff to ranks when DP > 1.
 		DP: s.DataParallelSize,
@@ -532,13 +531,15 @@ func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Pe
 
 // listensOnKVPort reports whether an engine of stage s listens on a side
 // channel port of its connector's (kvconnector.EngineDefaultPorts). Every
-// role of those connectors does but a Mooncake kv_consumer: only a
-// producer runs Mooncake's bootstrap server (MooncakeConnectorWorker starts
-// it "if not self.is_kv_consumer", vllm/distributed/kv_transfer/
-// kv_connector/v1/mooncake/mooncake_connector.py at 5c512330), and the
-// decode is told the prefill's.
+// role does but the kv_consumer of a connector whose decode does not
+// listen (kvconnector.Ports.Listens: Mooncake's, whose producer alone runs
+// the bootstrap server): the decode is told the prefill's.
 func listensOnKVPort(s *deploy.Stage) bool {
-	return s.KV == nil || s.KV.Connector != kvconnector.MooncakeConnector || s.KV.Role != "kv_consumer"
+	if s.KV == nil || s.KV.Role != "kv_consumer" {
+		return true
+	}
+	spec, ok := kvconnector.SpecOf(s.KV.Connector)
+	return !ok || spec.Ports.Listens.Has(kvconnector.DecodeSide)
 }
 
 // legBodyMB is the body cap, in MiB rounded up, of the workers serve
@@ -548,12 +549,8 @@ func legBodyMB(clientMax int64) int64 {
 	return (openai.MaxLegBodyBytes(clientMax) + 1<<20 - 1) >> 20
 }
 
-func kvHost(s *deploy.Stage) string {
-	if s.KV != nil && s.KV.IP != "" {
-		return s.KV.IP
-	}
-	return "127.0.0.1"
-}
+// kvHost is the address a stage's KV side channels listen on.
+func kvHost(s *deploy.Stage) string { return deploy.KVHost(s) }
 
 // omniConfig reads the audio stages' settings from the deploy config: the
 // Thinker layer the Talker reads, the Talker's sampling defaults, and the
@@ -616,8 +613,8 @@ func workerKVConfig(s *deploy.Stage, r topology.Replica) (string, error) {
 	if s.KV == nil {
 		return "", nil
 	}
-	if s.KV.Connector != "ReferenceConnector" {
-		return "", fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use ReferenceConnector", s.ID, s.KV.Connector)
+	if spec, ok := kvconnector.SpecOf(s.KV.Connector); !ok || spec.VLLM {
+		return "", fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.KV.Connector, deploy.DefaultKVConnector)
 	}
 	m := map[string]any{"kv_connector": s.KV.Connector, "kv_role": s.KV.Role, "engine_id": r.EngineID, "kv_ip": s.KV.IP, "kv_port": r.KVPort}
 	if s.KV.LoadFailurePolicy != "" {

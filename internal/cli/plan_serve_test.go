@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -716,64 +715,7 @@ func TestPlannedStageWorkersServeASpokenAnswer(t *testing.T) {
 	if err := runPlan(cfg, configFlags{}, launch.VLLMOptions{Model: "standin-model", BasePort: base}, &script, &errOut); err != nil {
 		t.Fatalf("plan: %v\n%s", err, errOut.String())
 	}
-	if err := os.WriteFile(filepath.Join(dir, "launch.sh"), script.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "bin")
-	if err := os.Mkdir(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(stageWorkerPython(t), filepath.Join(bin, "python3")); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sh", "launch.sh")
-	cmd.Dir = dir
-	cmd.Env = []string{"HOME=" + dir, "PATH=" + bin + ":/usr/bin:/bin", "PYTHONUNBUFFERED=1",
-		// Where this python3 finds vllm_omni: the stand-in.
-		"PYTHONPATH=" + filepath.Join(repo, "vllm-omni-stage", "standin")}
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-		}
-		// The script stops its workers as it ends; they are gone once
-		// their ports refuse connections.
-		for i := range 4 {
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-				c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-				if err != nil {
-					break
-				}
-				c.Close()
-				if time.Now().After(deadline) {
-					t.Errorf("the stage worker on port %d outlived launch.sh", base+i)
-					break
-				}
-			}
-		}
-	})
-	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out.String(), "every instance is ready"); time.Sleep(50 * time.Millisecond) {
-		select {
-		case <-exited:
-			t.Fatalf("launch.sh exited:\n%s", out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stage workers are not ready:\n%s", out.String())
-		}
-	}
-
-	_, next, _ := strings.Cut(out.String(), "Next, in another terminal:\n")
-	line, _, _ := strings.Cut(strings.TrimSpace(next), "\n")
+	line := runLaunchScript(t, repo, dir, script.Bytes(), base, 4)
 	fields := strings.Fields(line)
 	if len(fields) < 2 || fields[0] != "omnipd" {
 		t.Fatalf("launch.sh printed %q to run next", line)

@@ -26,6 +26,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // Entry is one media item's encoder output: the rows its audio
@@ -282,15 +284,9 @@ func (s *Store) sweepLater() {
 	s.armLocked(now)
 }
 
-// Paths where a worker serves its store: GET Path{key} reads an entry,
-// DELETE LeasePath{lease} releases a lease.
-const (
-	Path      = "/v1/omnipd/encoder-cache/"
-	LeasePath = "/v1/omnipd/encoder-leases/"
-)
-
-// Handler serves the store at Path{key} and LeasePath{lease}; mount it
-// at both. The worker's own secret check guards it.
+// Handler serves the store at stageapi.EncoderCachePath{key} (GET reads
+// an entry) and stageapi.EncoderLeasePath{lease} (DELETE releases a
+// lease); mount it at both. The worker's own secret check guards it.
 func (s *Store) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -381,7 +377,7 @@ func Decode(data []byte) (*Entry, error) {
 // Fetch reads the entry under key from the worker at baseURL, leaving it
 // there.
 func Fetch(ctx context.Context, client *http.Client, baseURL, key, secret string) (*Entry, error) {
-	body, err := call(ctx, client, http.MethodGet, baseURL, Path, key, secret)
+	body, err := call(ctx, client, http.MethodGet, baseURL, stageapi.EncoderCachePath, key, secret)
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +386,7 @@ func Fetch(ctx context.Context, client *http.Client, baseURL, key, secret string
 
 // Release ends lease at the worker at baseURL.
 func Release(ctx context.Context, client *http.Client, baseURL, lease, secret string) error {
-	_, err := call(ctx, client, http.MethodDelete, baseURL, LeasePath, lease, secret)
+	_, err := call(ctx, client, http.MethodDelete, baseURL, stageapi.EncoderLeasePath, lease, secret)
 	return err
 }
 

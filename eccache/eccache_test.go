@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 func entry() *Entry {
@@ -23,8 +25,8 @@ func entry() *Entry {
 func TestFetchReleaseOverHTTP(t *testing.T) {
 	s := NewStore(Config{})
 	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
-	mux.Handle(LeasePath+"{lease}", s.Handler())
+	mux.Handle(stageapi.EncoderCachePath+"{key}", s.Handler())
+	mux.Handle(stageapi.EncoderLeasePath+"{lease}", s.Handler())
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	for _, lease := range []string{"req-1", "req-2"} {

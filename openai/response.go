@@ -501,7 +501,7 @@ func NewID(prefix string) string {
 // kv_transfer_params (the KV connector's handoff, which vLLM writes into
 // every whole answer, null included) and omnipd_conditioning (the handle of
 // the rows a Thinker leg kept for the Talker).
-var StageMembers = []string{"kv_transfer_params", "omnipd_conditioning"}
+var StageMembers = []string{KVTransferParamsMember, ConditioningMember}
 
 // ErrNotObject: a stage's answer or chunk is not a JSON object.
 var ErrNotObject = errors.New("not a JSON object")

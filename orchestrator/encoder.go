@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/omnipd/omnipd/eccache"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageclient"
 )
@@ -25,10 +24,6 @@ import (
 // encoder answers with the key it kept them under, and the prefill leg is
 // told, per item, which encoder to fetch them from
 // (docs/encoder-disaggregation.md).
-
-// encoderCacheField is worker.EncoderCacheField: the omni extension that
-// names encoder outputs in an encoder's answer and in the prefill leg.
-const encoderCacheField = "omnipd_encoder_cache"
 
 // encoderHandle names one media item's encoder outputs on an encoder
 // instance.
@@ -175,14 +170,14 @@ func (o *Orchestrator) encodeOn(ctx context.Context, req *Request, in *Instance,
 		return encoderHandle{}, encoderFailure(in, p.path, err, ctx)
 	}
 	in.ok()
-	raw, err := openai.MemberValue(resp.Body, encoderCacheField)
+	raw, err := openai.MemberValue(resp.Body, openai.EncoderCacheMember)
 	if err != nil || raw == nil {
 		return encoderHandle{}, nil // a vLLM encoder: its connector keeps the outputs
 	}
 	b, _ := json.Marshal(raw)
 	var kept []encoderHandle
 	if err := json.Unmarshal(b, &kept); err != nil || len(kept) != 1 || kept[0].Key == "" {
-		return encoderHandle{}, &Error{Status: 502, Code: "encoder_upstream_invalid", Msg: "the encoder's answer does not name the outputs it kept", Cause: fmt.Errorf("%s: %s", encoderCacheField, b)}
+		return encoderHandle{}, &Error{Status: 502, Code: "encoder_upstream_invalid", Msg: "the encoder's answer does not name the outputs it kept", Cause: fmt.Errorf("%s: %s", openai.EncoderCacheMember, b)}
 	}
 	return encoderHandle{URL: in.Client.BaseURL(), Key: kept[0].Key}, nil
 }
@@ -200,14 +195,14 @@ func encoderBody(req *Request, p mediaPart) ([]byte, error) {
 	c.KVTransferParams = nil
 	prefillSampling(&c.SamplingParams)
 	for k := range c.Extra {
-		if strings.HasPrefix(k, "omnipd_") {
+		if strings.HasPrefix(k, openai.ExtensionPrefix) {
 			delete(c.Extra, k)
 		}
 	}
 	if c.Extra == nil {
 		c.Extra = map[string]json.RawMessage{}
 	}
-	c.Extra[encoderCacheField], _ = json.Marshal(map[string]string{"lease": encoderLease(req)})
+	c.Extra[openai.EncoderCacheMember], _ = json.Marshal(map[string]string{"lease": encoderLease(req)})
 	return marshal(c)
 }
 
@@ -261,9 +256,13 @@ func (o *Orchestrator) releaseEncoded(req *Request, log *slog.Logger) {
 	}
 	lease := encoderLease(req)
 	for _, url := range req.encoders() {
-		hc := o.httpFor(url, o.cfg.Encoder)
+		c := clientFor(url, o.cfg.Encoder)
+		if c == nil {
+			log.Debug("no encoder instance at the URL; its outputs are freed at their TTL", "lease", lease, "encoder", url)
+			continue
+		}
 		o.background(releaseEncoder, log, func(ctx context.Context) {
-			if err := eccache.Release(ctx, hc, url, lease, o.cfg.Secret); err != nil && !errors.Is(err, eccache.ErrNotFound) {
+			if err := c.ReleaseEncoderLease(ctx, lease); err != nil {
 				log.Debug("could not release encoder outputs; they are freed at their TTL", "lease", lease, "encoder", url, "err", err)
 			}
 		}, "lease", lease, "encoder", url)

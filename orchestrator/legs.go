@@ -30,7 +30,7 @@ func prefillBody(req *Request, params map[string]any) ([]byte, error) {
 			if c.Extra == nil {
 				c.Extra = map[string]json.RawMessage{}
 			}
-			c.Extra[encoderCacheField] = raw
+			c.Extra[openai.EncoderCacheMember] = raw
 		}
 		return marshal(c)
 	}

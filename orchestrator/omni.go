@@ -20,7 +20,6 @@ import (
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // Omni configures the stages after the Thinker: the Talker, fed the
@@ -34,8 +33,6 @@ type Omni struct {
 	// connector's initial_codec_chunk_frames, codec_chunk_frames,
 	// codec_left_context_frames).
 	Chunking audio.Chunker
-	// Secret lets the orchestrator release conditioning nobody will fetch.
-	Secret string
 	// AsyncChunk streams the conditioning (the deploy config's async_chunk):
 	// the Thinker legs keep their rows in stashes that grow, and the Talker
 	// of a streamed answer starts once the legs are under way, reading the
@@ -153,7 +150,7 @@ func thinkerExtras(c *openai.ChatCompletionRequest, key string, layer int, strea
 	if c.Extra == nil {
 		c.Extra = map[string]json.RawMessage{}
 	}
-	c.Extra["omnipd_conditioning"] = raw
+	c.Extra[openai.ConditioningMember] = raw
 }
 
 // Modalities the client asked for; both by default on an omni pipeline.
@@ -233,9 +230,13 @@ func (o *Orchestrator) freeStashes(hs []stageapi.ConditioningHandle, log *slog.L
 		if h.URL == "" {
 			continue
 		}
-		hc := o.httpFor(h.URL, o.cfg.Prefill, o.cfg.Decode)
+		c := clientFor(h.URL, o.cfg.Prefill, o.cfg.Decode)
+		if c == nil {
+			log.Warn("no Thinker instance at the conditioning's URL; it is freed at its TTL", "key", h.Key, "instance", h.URL)
+			continue
+		}
 		o.background(releaseStash, log, func(ctx context.Context) {
-			if err := stageconn.Release(ctx, hc, h.URL, h.Key, o.cfg.Omni.Secret); err != nil && !errors.Is(err, stageconn.ErrNotFound) {
+			if err := c.ReleaseConditioning(ctx, h.Key); err != nil {
 				log.Warn("could not release conditioning; it is freed at its TTL", "key", h.Key, "err", err)
 			}
 		}, "key", h.Key, "instance", h.URL)
@@ -502,7 +503,7 @@ func (o *Orchestrator) omniWhole(ctx context.Context, req *Request, res *Result,
 	ac, _ := json.Marshal(audioChoice)
 	choices = append(choices, ac)
 	resp["choices"], _ = json.Marshal(choices)
-	delete(resp, "omnipd_conditioning")
+	delete(resp, openai.ConditioningMember)
 	body, _ := json.Marshal(resp)
 	return &Result{Path: res.Path, Body: body}, nil
 }

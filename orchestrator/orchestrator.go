@@ -27,7 +27,7 @@ import (
 	"github.com/omnipd/omnipd/stageclient"
 )
 
-// Paths a request can take, reported in the x-omnipd-pd-path header.
+// Paths a request can take, reported in the openai.PDPathHeader header.
 const (
 	PathDisaggregated = "disaggregated"
 	PathDecodeOnly    = "decode-only"
@@ -112,9 +112,6 @@ type Config struct {
 	// a request is encoded there before the prefill (encoder.go).
 	Encoder  *Pool
 	Contract kvconnector.Contract
-	// Secret is the deployment secret for calls outside a stage's API
-	// (releasing encoder outputs).
-	Secret string
 	// PrefillRetries is how many other prefill instances a failed prefill
 	// leg is retried on (connect errors, 502, 503, 504).
 	PrefillRetries int
@@ -951,7 +948,7 @@ func (o *Orchestrator) prefillOn(ctx context.Context, req *Request, in *Instance
 	in.ok()
 	// Only this member matters here; the rest of the answer (its choice,
 	// perhaps logprobs or prompt token ids) is not decoded.
-	v, err := openai.MemberValue(resp.Body, "kv_transfer_params")
+	v, err := openai.MemberValue(resp.Body, openai.KVTransferParamsMember)
 	if err != nil {
 		return nil, false, &Error{Status: 502, Code: "invalid_prefill_handoff", Msg: "the prefill's response is not a JSON object with decodable kv_transfer_params", Cause: err}
 	}

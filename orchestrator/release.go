@@ -3,11 +3,11 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/stageclient"
 )
 
 // Background releases. What a request leaves behind when it ends early —
@@ -16,8 +16,9 @@ import (
 // outputs (releaseEncoded) — is handed back by a call nobody waits for.
 // Those calls run on at most releaseWorkers goroutines taking from a queue
 // of releaseQueue, started when there is work and gone when there is none,
-// and they go through the stage clients' transport: a burst of
-// cancellations costs a bounded number of goroutines and connections.
+// and they go through the stage clients (their transport, bounds and
+// secret): a burst of cancellations costs a bounded number of goroutines and
+// connections.
 //
 // When the queue is full a new call is dropped — neither queued nor run on
 // the request's goroutine — and logged and counted in
@@ -119,19 +120,19 @@ func (o *Orchestrator) background(kind string, log *slog.Logger, run func(contex
 	return false
 }
 
-// httpFor is the HTTP client of the instance at url among pools — the
-// stage client's, with its transport and bounds — for calls outside the
-// stage API. A URL no pool holds (none should) gets the decode's.
-func (o *Orchestrator) httpFor(url string, pools ...*Pool) *http.Client {
+// clientFor is the stage client of the instance at url among pools, or nil
+// when no pool holds it (none should: every URL a request keeps is one of
+// its instances').
+func clientFor(url string, pools ...*Pool) *stageclient.Client {
 	for _, p := range pools {
 		if p == nil {
 			continue
 		}
 		for _, in := range p.Instances {
 			if in.Client.BaseURL() == url {
-				return in.Client.HTTP()
+				return in.Client
 			}
 		}
 	}
-	return o.cfg.Decode.Instances[0].Client.HTTP()
+	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // countingTransport counts the requests sent over it.
@@ -35,7 +34,7 @@ type releaseTarget struct {
 }
 
 func (rt *releaseTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodDelete || !strings.HasPrefix(r.URL.Path, stageconn.Path) {
+	if r.Method != http.MethodDelete || !strings.HasPrefix(r.URL.Path, stageapi.ConditioningPath) {
 		http.NotFound(w, r)
 		return
 	}
@@ -65,7 +64,7 @@ func releaseOrch(t *testing.T, rt *releaseTarget, tr *countingTransport, m *metr
 	thinker := &Pool{Name: "thinker", Instances: []*Instance{{Client: c}}}
 	audio := &Pool{Name: "talker", Instances: []*Instance{liveInstance(t, &fakeStage{answer: fakeTalker}, kvconnector.Peer{})}}
 	o, err := New(Config{Decode: thinker, Metrics: m, Logger: slog.New(slog.DiscardHandler),
-		Omni: &Omni{Talker: audio, Code2Wav: audio, Secret: "s"}})
+		Omni: &Omni{Talker: audio, Code2Wav: audio}})
 	if err != nil {
 		t.Fatal(err)
 	}

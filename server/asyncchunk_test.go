@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/stageconn"
 	"github.com/omnipd/omnipd/worker"
@@ -118,7 +119,7 @@ func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAn
 		return nil
 	}
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, stageconn.Path) {
+		if strings.HasPrefix(r.URL.Path, stageapi.ConditioningPath) {
 			_, err := strconv.Atoi(r.URL.Query().Get("from"))
 			switch {
 			case err == nil && h.holdRequest:

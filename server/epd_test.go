@@ -42,7 +42,6 @@ func newEPDDeployment(t *testing.T, encoders int, talkerTemperature float64, adj
 		return func(*worker.Config) {}
 	}, append([]func(*orchestrator.Config){func(c *orchestrator.Config) {
 		c.Encoder = pool(t, "encoder", d.encoders...)
-		c.Secret = secret
 	}}, adjust...)...)
 	return d
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/metrics"
+	"github.com/omnipd/omnipd/openai"
 )
 
 // exchange is what the server knows of one request while it runs: its
@@ -93,7 +94,7 @@ func (s *Server) logAccess(r *http.Request, sw *statusWriter, ex *exchange) {
 		slog.String("request_id", ex.id), slog.String("client_request_id", ex.clientID),
 		slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", status), slog.Duration("duration", time.Since(ex.start)))
-	if p := sw.Header().Get("X-Omnipd-Pd-Path"); p != "" {
+	if p := sw.Header().Get(openai.PDPathHeader); p != "" {
 		attrs = append(attrs, slog.String("pd_path", p))
 	}
 	if ex.streamed {

@@ -87,7 +87,7 @@ func newOmniDeploymentOf(t *testing.T, pd bool, breakTalker func(*httptest.Serve
 	ocfg.Omni = &orchestrator.Omni{
 		Talker:            talkerPool,
 		Code2Wav:          stage(httptest.NewServer(worker.NewCode2Wav(code2wav.Default(), secret, quiet))),
-		ConditioningLayer: 2, Secret: secret, Temperature: talkerTemperature, TopK: 50,
+		ConditioningLayer: 2, Temperature: talkerTemperature, TopK: 50,
 	}
 	for _, f := range adjust {
 		f(&ocfg)

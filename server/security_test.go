@@ -449,7 +449,7 @@ func TestFullTalkerRefusedBeforeTheThinker(t *testing.T) {
 	}
 	o, err := orchestrator.New(orchestrator.Config{
 		Decode: pool("thinker", thinker, 0), Logger: quiet,
-		Omni: &orchestrator.Omni{Talker: pool("talker", talker, 1), Code2Wav: pool("code2wav", code2wav, 0), ConditioningLayer: 2, Secret: secret},
+		Omni: &orchestrator.Omni{Talker: pool("talker", talker, 1), Code2Wav: pool("code2wav", code2wav, 0), ConditioningLayer: 2},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,6 @@ import (
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/orchestrator"
-	"github.com/omnipd/omnipd/stageclient"
 )
 
 // Orchestrator is what the server needs of the orchestrator.
@@ -172,8 +171,8 @@ const DefaultWriteTimeout = 60 * time.Second
 // checks the API key and routes it; its access line is logged when it
 // ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := newExchange(r.Header.Get("X-Request-Id"))
-	w.Header().Set("X-Request-Id", ex.clientID)
+	ex := newExchange(r.Header.Get(openai.RequestIDHeader))
+	w.Header().Set(openai.RequestIDHeader, ex.clientID)
 	sw := newStatusWriter(w, ex, s.cfg.WriteTimeout)
 	defer s.logAccess(r, sw, ex)
 	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
@@ -296,7 +295,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 			sw = newStatusWriter(w, ex, s.cfg.WriteTimeout)
 		}
 		defer func() {
-			path := sw.Header().Get("X-Omnipd-Pd-Path")
+			path := sw.Header().Get(openai.PDPathHeader)
 			if path == "" {
 				path = "none"
 			}
@@ -356,7 +355,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 			// Before the cancellation errors: a stage that went quiet is
 			// cancelled by omnipd, and its error wraps that cancellation.
 			resp = orchErr.Response()
-		case errors.Is(err, errClientGone), errors.Is(err, context.Canceled), errors.Is(err, stageclient.ErrCanceled):
+		case errors.Is(err, errClientGone), errors.Is(err, context.Canceled), errors.Is(err, orchestrator.ErrCanceled):
 			ex.cancelled = true
 			log.Info("client went away", "err", err)
 			return
@@ -573,12 +572,12 @@ func stageRequest(ctx context.Context) *orchestrator.Request {
 // client's choosing. Refusing rather than dropping tells the client its
 // field had no effect.
 // stageOnlyFields are omnipd's own fields on stage legs.
-var stageOnlyFields = []string{"omnipd_conditioning", "omnipd_encoder_cache"}
+var stageOnlyFields = []string{openai.ConditioningMember, openai.EncoderCacheMember}
 
 func (s *Server) checkClientFields(kv map[string]any, extra map[string]json.RawMessage) error {
 	const why = "is set by omnipd for its stages and may not come from a client"
 	if kv != nil {
-		return openai.InvalidRequest("kv_transfer_params", "kv_transfer_params "+why)
+		return openai.InvalidRequest(openai.KVTransferParamsMember, openai.KVTransferParamsMember+" "+why)
 	}
 	for _, key := range stageOnlyFields {
 		if _, ok := extra[key]; ok {
@@ -594,7 +593,7 @@ func (s *Server) checkClientFields(kv map[string]any, extra map[string]json.RawM
 		if json.Unmarshal(raw, &inner) != nil {
 			continue // not an object: nothing an engine reads as KV params
 		}
-		for _, key := range append([]string{"kv_transfer_params"}, stageOnlyFields...) {
+		for _, key := range append([]string{openai.KVTransferParamsMember}, stageOnlyFields...) {
 			if _, ok := inner[key]; ok {
 				param := outer + "." + key
 				return openai.InvalidRequest(param, param+" "+why)
@@ -634,7 +633,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 		return err
 	}
 	defer res.Close()
-	w.Header().Set("X-Omnipd-Pd-Path", res.Path)
+	w.Header().Set(openai.PDPathHeader, res.Path)
 	if !res.Streaming() {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -659,7 +658,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 			ex.events++
 		}
 		if err != nil {
-			var ue *stageclient.UpstreamError
+			stageErr := orchestrator.StageErrorBody(err)
 			var oe *orchestrator.Error
 			switch {
 			case isEOF(err):
@@ -675,8 +674,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *orchestrator
 				// for it anyway.)
 				res.Close()
 				return sse.QueueDone()
-			case errors.As(err, &ue) && ue.Body != nil:
-				_ = sse.WriteEvent(ue.Body)
+			case stageErr != nil:
+				_ = sse.WriteEvent(stageErr)
 			case errors.As(err, &oe):
 				// A failure the orchestrator classified mid-stream (a stage
 				// that went quiet): its status and code, as an event.

@@ -44,7 +44,7 @@ func TestCrashedTalkerConditioningReleased(t *testing.T) {
 	}
 	o, err := orchestrator.New(orchestrator.Config{
 		Decode: pool("thinker", thinker), Logger: quiet,
-		Omni: &orchestrator.Omni{Talker: pool("talker", crashingTalker{}), Code2Wav: pool("code2wav", &recordingStage{}), ConditioningLayer: 2, Secret: secret},
+		Omni: &orchestrator.Omni{Talker: pool("talker", crashingTalker{}), Code2Wav: pool("code2wav", &recordingStage{}), ConditioningLayer: 2},
 	})
 	if err != nil {
 		t.Fatal(err)

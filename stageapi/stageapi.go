@@ -1,7 +1,12 @@
-// Package stageapi holds the wire types of omnipd's stage API (see
-// docs/stage-api.md): what the orchestrator sends the Talker and Code2Wav
-// stages and what they answer. Both sides import it; it imports nothing of
-// ours, so the orchestrator stays free of the engines.
+// Package stageapi holds the wire names and types of omnipd's stage API (see
+// docs/stage-api.md): the paths and headers of omnipd's own endpoints on a
+// stage worker (/v1/omnipd/...), what the orchestrator sends the Talker and
+// Code2Wav stages and what they answer. Every side imports it — the
+// orchestrator and its stage client, the workers, the stores behind those
+// endpoints — and it imports nothing of ours, so the orchestrator stays free
+// of the engines. The omnipd members of an OpenAI-API body
+// (omnipd_conditioning, omnipd_encoder_cache) are openai's: they ride on the
+// Thinker's chat and completions bodies, which openai models.
 package stageapi
 
 import (
@@ -16,10 +21,46 @@ import (
 // Codebooks is the number of codebook ids in one codec frame.
 const Codebooks = 16
 
-// Paths of the stage endpoints.
+// Paths of omnipd's own endpoints on stage workers, all under /v1/omnipd/.
+// A path that ends in "/" is followed by one path-escaped key.
 const (
-	TalkerPath   = "/v1/omnipd/talker"
+	// TalkerPath takes a TalkerRequest and answers a stream of TalkerEvent.
+	TalkerPath = "/v1/omnipd/talker"
+	// Code2WavPath takes a Code2WavRequest and answers a Code2WavResponse.
 	Code2WavPath = "/v1/omnipd/code2wav"
+	// ConditioningPath{key} is a Thinker worker's conditioning stash: GET
+	// fetches it whole and frees it, GET with ?from=N reads its rows from
+	// row N on (see ConditioningDoneHeader), DELETE frees it unread.
+	ConditioningPath = "/v1/omnipd/conditioning/"
+	// EncoderCachePath{key} is one media item's encoder outputs on an
+	// encoder worker: GET reads them and leaves them there.
+	EncoderCachePath = "/v1/omnipd/encoder-cache/"
+	// EncoderLeasePath{lease} is one request's hold on the encoder outputs
+	// it asked for: DELETE ends it.
+	EncoderLeasePath = "/v1/omnipd/encoder-leases/"
+	// KVReleasePath is where a reference Thinker worker that exports KV
+	// takes the release of one request's lease: POST {"key": "<lease
+	// key>"}, answered 204 whether or not the key was leased. A key not
+	// exported yet is remembered for one lease, so that its export, when
+	// the prefill finishes, is dropped instead of leased. vLLM has no such
+	// endpoint; see docs/reliability.md.
+	KVReleasePath = "/v1/omnipd/kv/release"
+)
+
+// ConditioningFromParam is the query parameter of a conditioning read from
+// an offset: GET ConditioningPath{key}?from=N reads the rows from row N on.
+const ConditioningFromParam = "from"
+
+// Headers of the answer to a conditioning read from an offset (GET
+// ConditioningPath{key}?from=N), each "true" or "false".
+const (
+	// ConditioningDoneHeader is "true" when the rows returned are the
+	// stash's last; the worker freed it once they were sent.
+	ConditioningDoneHeader = "Omnipd-Conditioning-Done"
+	// ConditioningWaitedHeader is "true" when the reader was ahead of the
+	// Thinker: nothing was at the offset when the read came, and the
+	// worker waited for it (vllm-omni's WAITING_FOR_CHUNK).
+	ConditioningWaitedHeader = "Omnipd-Conditioning-Waited"
 )
 
 // ConditioningHandle names a stash on a Thinker worker.

@@ -9,7 +9,10 @@
 // retrying on another replica, failing, or giving up because the client left.
 //
 // It also reads an instance's /health and its Prometheus /metrics, which the
-// orchestrator uses for replica choice.
+// orchestrator uses for replica choice, and frees what an ended request left
+// on a worker (ReleaseKV, ReleaseConditioning, ReleaseEncoderLease): every
+// call omnipd makes to a stage goes through a Client, with its transport,
+// bounds, secret and error classes.
 //
 // Deadlines come only from the caller's context: a prefill of a long prompt
 // and a decode streaming for minutes are both normal, so no fixed timeout
@@ -141,12 +144,6 @@ func parseBaseURL(raw string) (string, error) {
 
 // BaseURL is the instance's root URL, without a trailing slash.
 func (c *Client) BaseURL() string { return c.base }
-
-// HTTP is the *http.Client this Client sends over: the caller's
-// Config.HTTP, or the shared one with its tuned transports. Calls to the
-// instance outside its stage API (a conditioning stash, an encoder cache)
-// go through it, so they share its connections and bounds.
-func (c *Client) HTTP() *http.Client { return c.http }
 
 // sharedHTTP is the default client. Sharing one transport across Clients
 // lets connections to an instance be reused whichever Client holds it.
@@ -304,7 +301,7 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 		req.ContentLength = int64(len(body))
 	}
 	if requestID != "" {
-		req.Header.Set("X-Request-Id", requestID)
+		req.Header.Set(openai.RequestIDHeader, requestID)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -318,7 +315,7 @@ func (c *Client) newRequest(ctx context.Context, method, path, requestID string,
 // ownedHeaders are set by the client on every call; a leg's header would
 // otherwise detach the leg from its request id, its credentials or its
 // body's type.
-var ownedHeaders = []string{"X-Request-Id", "Authorization", "Content-Type", "Content-Length", "Accept", "Host", "Connection", "Transfer-Encoding"}
+var ownedHeaders = []string{openai.RequestIDHeader, "Authorization", "Content-Type", "Content-Length", "Accept", "Host", "Connection", "Transfer-Encoding"}
 
 // addLegHeader adds header to req, refusing owned headers and values that
 // would split headers.

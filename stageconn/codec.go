@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // The wire form: magic "OCND", version 1, then little-endian uint32 counts
@@ -149,7 +151,7 @@ func callHeader(ctx context.Context, client *http.Client, method, baseURL, targe
 	if client == nil {
 		client = http.DefaultClient
 	}
-	req, err := http.NewRequestWithContext(ctx, method, baseURL+Path+target, nil)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+stageapi.ConditioningPath+target, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stageconn: %w", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // Stash is one request's conditioning as one Thinker worker computed it.
@@ -266,12 +268,9 @@ func (s *Store) Len() int {
 	return len(s.entries)
 }
 
-// Path is where a worker serves its store: GET fetches (and frees) a
-// stash, GET with ?from=N reads its rows from offset N (see Read), DELETE
-// drops it.
-const Path = "/v1/omnipd/conditioning/"
-
-// Handler serves the store at Path. Mount it under Path.
+// Handler serves the store at stageapi.ConditioningPath{key}: GET fetches
+// (and frees) a stash, GET with ?from=N reads its rows from offset N (see
+// Read), DELETE drops it.
 func (s *Store) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r) {
@@ -281,7 +280,7 @@ func (s *Store) Handler() http.Handler {
 		key := r.PathValue("key")
 		switch r.Method {
 		case http.MethodGet:
-			if r.URL.Query().Has("from") {
+			if r.URL.Query().Has(stageapi.ConditioningFromParam) {
 				s.serveRead(w, r, key)
 				return
 			}

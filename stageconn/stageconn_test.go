@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 func sample(rows, width int) *Stash {
@@ -144,7 +146,7 @@ func TestStoreLifecycle(t *testing.T) {
 func TestFetchOverHTTP(t *testing.T) {
 	s := NewStore(Config{Secret: "s3"})
 	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
+	mux.Handle(stageapi.ConditioningPath+"{key}", s.Handler())
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	st := sample(5, 6)

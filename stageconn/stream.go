@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // A stash that grows serves async chunking: the Thinker worker opens it
@@ -164,14 +166,6 @@ func (s *Store) read(ctx context.Context, key string, from int) (st *Stash, done
 // stashed; over HTTP it is an empty answer, as a wait for rows is.
 var errNotStashed = errors.New("not stashed while the read waited")
 
-// Headers of the answer to a read over HTTP: DoneHeader is "true" when its
-// rows are the stash's last, WaitedHeader when the worker had nothing at
-// the offset when the read came and waited for the Thinker.
-const (
-	DoneHeader   = "Omnipd-Conditioning-Done"
-	WaitedHeader = "Omnipd-Conditioning-Waited"
-)
-
 // ReadInfo is how a read over HTTP went (see FetchFrom).
 type ReadInfo struct {
 	// Done: the rows returned are the stash's last; the worker freed it.
@@ -182,7 +176,7 @@ type ReadInfo struct {
 }
 
 func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
-	from, err := strconv.Atoi(r.URL.Query().Get("from"))
+	from, err := strconv.Atoi(r.URL.Query().Get(stageapi.ConditioningFromParam))
 	if err != nil || from < 0 {
 		http.Error(w, "stageconn: from must be a row offset", http.StatusBadRequest)
 		return
@@ -206,8 +200,8 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	w.Header().Set(DoneHeader, strconv.FormatBool(done))
-	w.Header().Set(WaitedHeader, strconv.FormatBool(waited))
+	w.Header().Set(stageapi.ConditioningDoneHeader, strconv.FormatBool(done))
+	w.Header().Set(stageapi.ConditioningWaitedHeader, strconv.FormatBool(waited))
 	writeStash(w, st)
 }
 
@@ -215,7 +209,7 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 // baseURL (see Store.Read): none when nothing came in the worker's wait,
 // done with the last. The worker frees the stash once done was sent.
 func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*Stash, ReadInfo, error) {
-	body, hdr, err := callHeader(ctx, client, http.MethodGet, baseURL, url.PathEscape(key)+"?from="+strconv.Itoa(from), secret)
+	body, hdr, err := callHeader(ctx, client, http.MethodGet, baseURL, url.PathEscape(key)+"?"+stageapi.ConditioningFromParam+"="+strconv.Itoa(from), secret)
 	if err != nil {
 		return nil, ReadInfo{}, err
 	}
@@ -223,5 +217,5 @@ func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret st
 	if err != nil {
 		return nil, ReadInfo{}, err
 	}
-	return st, ReadInfo{Done: hdr.Get(DoneHeader) == "true", Waited: hdr.Get(WaitedHeader) == "true"}, nil
+	return st, ReadInfo{Done: hdr.Get(stageapi.ConditioningDoneHeader) == "true", Waited: hdr.Get(stageapi.ConditioningWaitedHeader) == "true"}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // grow opens a stash under key with src's head and no rows.
@@ -310,7 +312,7 @@ func TestReadBeforeOpenPastTheFirstRow(t *testing.T) {
 func serveStore(t *testing.T, s *Store) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
+	mux.Handle(stageapi.ConditioningPath+"{key}", s.Handler())
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	return hs

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // BenchmarkConditioningTransport measures the async-chunk transport between
@@ -58,7 +60,7 @@ func BenchmarkConditioningTransport(b *testing.B) {
 func benchTransport(b *testing.B, transport string, streams, width int, step, pace time.Duration) {
 	s := NewStore(Config{})
 	mux := http.NewServeMux()
-	mux.Handle(Path+"{key}", s.Handler())
+	mux.Handle(stageapi.ConditioningPath+"{key}", s.Handler())
 	mux.HandleFunc("/push/{key}", func(w http.ResponseWriter, r *http.Request) { servePush(w, r, s) })
 	hs := httptest.NewServer(mux)
 	defer hs.Close()

@@ -78,8 +78,8 @@ func TestThinkerWorkerRequiresSecret(t *testing.T) {
 		{"POST", "/tokenize", `{"prompt":"hi"}`},
 		{"POST", "/detokenize", `{"tokens":[104,105]}`},
 		{"GET", "/v1/models", ""},
-		{"GET", stageconn.Path + "victim", ""},
-		{"DELETE", stageconn.Path + "victim", ""},
+		{"GET", stageapi.ConditioningPath + "victim", ""},
+		{"DELETE", stageapi.ConditioningPath + "victim", ""},
 	}
 	for _, ep := range endpoints {
 		for name, auth := range badCredentials {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/omnipd/omnipd/eccache"
 	"github.com/omnipd/omnipd/engine/mmproc"
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/openai"
 )
 
@@ -22,7 +23,7 @@ import (
 // worker, instead of encoding (docs/encoder-disaggregation.md). It takes
 // the place of vLLM's EC connectors (ECExampleConnector and others), which
 // key encoder outputs by the item's multimodal hash the same way.
-const ReferenceECConnector = "ReferenceECConnector"
+const ReferenceECConnector = kvconnector.ReferenceECConnector
 
 // EC roles, as vLLM's ECTransferConfig names them.
 const (
@@ -57,16 +58,6 @@ func ParseECTransferConfig(s string) (*ECTransferConfig, error) {
 	return &c, nil
 }
 
-// EncoderCacheField is the omni extension by which encoder outputs are
-// named. An encoder leg may carry {"lease": <name>}: the outputs are held
-// for that lease (default: the request's X-Request-Id) until it is
-// released (DELETE eccache.LeasePath{lease}). An encoder worker's answer
-// lists the keys it stored, one per media item of the request ({"key":
-// ...}), and the prefill leg carries, per media item of its request in
-// order, where to fetch them ({"url": <encoder worker>, "key": ...}). vLLM
-// ignores the field: its EC connectors find encoder outputs by hash.
-const EncoderCacheField = "omnipd_encoder_cache"
-
 // EncoderCacheHandle names one media item's encoder rows.
 type EncoderCacheHandle struct {
 	URL string `json:"url,omitempty"`
@@ -87,17 +78,17 @@ func contentKey(kind mmproc.Kind, useAudioInVideo bool, data []byte) string {
 // encodeItems runs the encoders on each item of an encoder worker's request
 // and stores the rows; the answer names the keys.
 func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *requestMedia, extra map[string]json.RawMessage) error {
-	id := r.Header.Get("X-Request-Id")
+	id := r.Header.Get(openai.RequestIDHeader)
 	if id == "" {
 		id = strconv.FormatInt(time.Now().UnixNano(), 16)
 	}
 	lease := id
-	if raw, ok := extra[EncoderCacheField]; ok {
+	if raw, ok := extra[openai.EncoderCacheMember]; ok {
 		var asked struct {
 			Lease string `json:"lease"`
 		}
 		if err := json.Unmarshal(raw, &asked); err != nil || asked.Lease == "" {
-			return openai.InvalidRequest(EncoderCacheField, `an encoder leg takes {"lease": <name>}`)
+			return openai.InvalidRequest(openai.EncoderCacheMember, `an encoder leg takes {"lease": <name>}`)
 		}
 		lease = asked.Lease
 	}
@@ -133,29 +124,29 @@ func (s *Server) encodeItems(w http.ResponseWriter, r *http.Request, rm *request
 	// one is a chat completion with no text and the keys beside it.
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id": "chatcmpl-" + id, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.ModelName,
-		"choices":         []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": ""}, "finish_reason": "length"}},
-		"usage":           map[string]any{"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens},
-		EncoderCacheField: handles,
+		"choices":                 []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": ""}, "finish_reason": "length"}},
+		"usage":                   map[string]any{"prompt_tokens": tokens, "completion_tokens": 0, "total_tokens": tokens},
+		openai.EncoderCacheMember: handles,
 	})
 	return nil
 }
 
 // encoderHandles reads the prefill leg's handles, one per media item.
 func encoderHandles(extra map[string]json.RawMessage, items int) ([]EncoderCacheHandle, error) {
-	raw, ok := extra[EncoderCacheField]
+	raw, ok := extra[openai.EncoderCacheMember]
 	if !ok {
 		return nil, nil
 	}
 	var hs []EncoderCacheHandle
 	if err := json.Unmarshal(raw, &hs); err != nil {
-		return nil, openai.InvalidRequest(EncoderCacheField, "want a list of {url, key}: "+err.Error())
+		return nil, openai.InvalidRequest(openai.EncoderCacheMember, "want a list of {url, key}: "+err.Error())
 	}
 	if len(hs) != items {
-		return nil, openai.InvalidRequest(EncoderCacheField, fmt.Sprintf("%d handles for %d media items", len(hs), items))
+		return nil, openai.InvalidRequest(openai.EncoderCacheMember, fmt.Sprintf("%d handles for %d media items", len(hs), items))
 	}
 	for i, h := range hs {
 		if h.URL == "" || h.Key == "" {
-			return nil, openai.InvalidRequest(fmt.Sprintf("%s[%d]", EncoderCacheField, i), "want a url and a key")
+			return nil, openai.InvalidRequest(fmt.Sprintf("%s[%d]", openai.EncoderCacheMember, i), "want a url and a key")
 		}
 	}
 	return hs, nil

@@ -30,7 +30,7 @@ type generation struct {
 	returnTokenIDs bool
 	kvParams       map[string]any
 	// conditioning asks to keep the per-position conditioning under a key
-	// for the Talker (omni extension: "omnipd_conditioning": {"key", "layer"}).
+	// for the Talker (the omni extension openai.ConditioningMember: {"key", "layer"}).
 	conditioning *conditioningRequest
 	// mm is a multimodal prompt's positions and encoders.
 	mm *engine.Multimodal
@@ -223,13 +223,13 @@ func (s *Server) common(g *generation, sp *openai.SamplingParams, maxTokens *int
 	if raw, ok := extra["return_token_ids"]; ok {
 		_ = json.Unmarshal(raw, &g.returnTokenIDs)
 	}
-	if raw, ok := extra["omnipd_conditioning"]; ok {
+	if raw, ok := extra[openai.ConditioningMember]; ok {
 		var c conditioningRequest
 		if err := json.Unmarshal(raw, &c); err != nil || c.Key == "" || c.Layer < 1 || c.Layer > s.eng.Model().Config.NumLayers {
-			return openai.InvalidRequest("omnipd_conditioning", fmt.Sprintf("want {\"key\": a non-empty string, \"layer\": 1..%d}", s.eng.Model().Config.NumLayers))
+			return openai.InvalidRequest(openai.ConditioningMember, fmt.Sprintf("want {\"key\": a non-empty string, \"layer\": 1..%d}", s.eng.Model().Config.NumLayers))
 		}
 		if s.cfg.TTSTokenIDs == noTTSTokens {
-			return openai.InvalidRequest("omnipd_conditioning", fmt.Sprintf("this model has no TTS tokens (%s, %s, %s), whose embeddings a Talker needs with the rows; serve an omni Thinker, or name them in its config.json (%s, %s, %s)",
+			return openai.InvalidRequest(openai.ConditioningMember, fmt.Sprintf("this model has no TTS tokens (%s, %s, %s), whose embeddings a Talker needs with the rows; serve an omni Thinker, or name them in its config.json (%s, %s, %s)",
 				ttsRoles[0].name, ttsRoles[1].name, ttsRoles[2].name, ttsRoles[0].key, ttsRoles[1].key, ttsRoles[2].key))
 		}
 		g.conditioning = &c
@@ -415,7 +415,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		case errors.Is(err, stageconn.ErrReleased):
 			s.log.Debug("conditioning released before it was kept", "request_id", id)
 		case err != nil:
-			return openai.InvalidRequest("omnipd_conditioning", err.Error())
+			return openai.InvalidRequest(openai.ConditioningMember, err.Error())
 		default:
 			handle = map[string]any{"key": g.conditioning.Key, "rows": len(st.Embed)}
 		}
@@ -525,7 +525,7 @@ func (o *responder) finish(text, reason string, usage openai.Usage, kvParams any
 			m["choices"].([]any)[0].(map[string]any)["token_ids"] = tokens
 		}
 		if conditioning != nil {
-			m["omnipd_conditioning"] = conditioning
+			m[openai.ConditioningMember] = conditioning
 		}
 		body = m
 	}
@@ -598,7 +598,7 @@ func (s *Server) openGrowing(g *generation, id string) (*growing, error) {
 		s.log.Debug("conditioning released before it was kept", "request_id", id)
 		return &growing{gone: true}, nil
 	case err != nil:
-		return nil, openai.InvalidRequest("omnipd_conditioning", err.Error())
+		return nil, openai.InvalidRequest(openai.ConditioningMember, err.Error())
 	}
 	return &growing{store: s.stashes, key: g.conditioning.Key, id: id, s: s}, nil
 }

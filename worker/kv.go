@@ -16,9 +16,10 @@ import (
 
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/engine/kvcache"
+	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/kvtransfer"
 	"github.com/omnipd/omnipd/openai"
-	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // KVTransferConfig is vLLM's --kv-transfer-config JSON. The reference
@@ -45,7 +46,7 @@ const (
 )
 
 // ReferenceConnector is the kv_connector name of omnipd's own connector.
-const ReferenceConnector = "ReferenceConnector"
+const ReferenceConnector = kvconnector.ReferenceConnector
 
 // ParseKVTransferConfig reads and checks --kv-transfer-config.
 func ParseKVTransferConfig(s string) (*KVTransferConfig, error) {
@@ -467,9 +468,9 @@ func (k *kvPath) responseParams(pl *kvPlan, requestID string) any {
 }
 
 // kvReleaseRoute is the route of releaseKV.
-const kvReleaseRoute = "POST " + stageclient.KVReleasePath
+const kvReleaseRoute = "POST " + stageapi.KVReleasePath
 
-// releaseKV serves stageclient.KVReleasePath: the router's release of a
+// releaseKV serves stageapi.KVReleasePath: the router's release of a
 // request that is gone — cancelled, or failed on the way to its decode —
 // by lease key. The lease is dropped now; a key not exported yet is
 // refused at its export (kvtransfer.Producer.Revoke). Like every route but

@@ -9,6 +9,7 @@ import (
 
 	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/mediafetch"
+	"github.com/omnipd/omnipd/openai"
 )
 
 // A worker whose New fails after its KV side channel started listening —
@@ -43,7 +44,7 @@ func TestFailedNewFreesTheKVPort(t *testing.T) {
 func TestClosingAnEncoderWorkerFreesItsOutputs(t *testing.T) {
 	w := newTestWorkerWith(t, "", func(c *Config) { c.EC = &ECTransferConfig{Connector: ReferenceECConnector, Role: ECProducer} })
 	body := fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":%q,"format":"wav"}}]}],"max_tokens":1}`, b64(wavBytes(0.5)))
-	if status, _, b := do(t, "POST", w.url+"/v1/chat/completions", body); status != 200 || !strings.Contains(b, EncoderCacheField) {
+	if status, _, b := do(t, "POST", w.url+"/v1/chat/completions", body); status != 200 || !strings.Contains(b, openai.EncoderCacheMember) {
 		t.Fatalf("encoder leg: %d %s", status, b)
 	}
 	if n := w.EncoderOutputs(); n != 1 {

@@ -243,7 +243,7 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 	var handles []EncoderCacheHandle
 	for i, p := range []any{parts[0], parts[2]} {
 		item := map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{p}}}, "max_tokens": 1,
-			EncoderCacheField: map[string]any{"lease": id}}
+			openai.EncoderCacheMember: map[string]any{"lease": id}}
 		raw, _ := json.Marshal(item)
 		status, _, body := do(t, "POST", encoderWorker.url+"/v1/chat/completions", string(raw))
 		var ans struct {
@@ -260,7 +260,7 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 		t.Fatal(err)
 	}
 	pre := with("/prefill")
-	pre[EncoderCacheField] = handles
+	pre[openai.EncoderCacheMember] = handles
 	if _, err := prefillDecodeWith(context.Background(), prefill, decode, id, pre, with("/decode")); err != nil {
 		t.Fatal(err)
 	}

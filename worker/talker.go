@@ -116,7 +116,7 @@ func (s *TalkerServer) generate(w http.ResponseWriter, r *http.Request) {
 	case r.Context().Err() != nil:
 		outcome = metrics.OutcomeCancelled
 	case err != nil:
-		s.log.Error("talker generation failed", "request_id", r.Header.Get("X-Request-Id"), "err", err)
+		s.log.Error("talker generation failed", "request_id", r.Header.Get(openai.RequestIDHeader), "err", err)
 	default:
 		outcome = metrics.OutcomeOK
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
 )
 
@@ -160,11 +161,11 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.EC != nil && cfg.EC.Role == ECProducer {
 		s.encoded = eccache.NewStore(eccache.Config{TTL: cfg.StashTTL})
 		s.metrics.WatchEncoderCache(s.encoded.Len)
-		s.mux.Handle(eccache.Path+"{key}", s.encoded.Handler())
-		s.mux.Handle(eccache.LeasePath+"{lease}", s.encoded.Handler())
+		s.mux.Handle(stageapi.EncoderCachePath+"{key}", s.encoded.Handler())
+		s.mux.Handle(stageapi.EncoderLeasePath+"{lease}", s.encoded.Handler())
 	}
 	s.metrics.WatchStashes(s.stashes.Len)
-	s.mux.Handle(stageconn.Path+"{key}", s.stashes.Handler())
+	s.mux.Handle(stageapi.ConditioningPath+"{key}", s.stashes.Handler())
 	s.mux.HandleFunc("POST /v1/completions", s.handle(s.completions))
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(s.chatCompletions))
 	s.mux.HandleFunc("POST /tokenize", s.handle(s.tokenize))
@@ -216,11 +217,11 @@ func (l engineLoad) KVCacheUsage() float64 {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get("X-Request-Id")
+	id := r.Header.Get(openai.RequestIDHeader)
 	if id == "" || len(id) > 256 {
 		id = openai.NewID("")
 	}
-	w.Header().Set("X-Request-Id", id)
+	w.Header().Set(openai.RequestIDHeader, id)
 	if !allowed(w, r, s.cfg.Secret, s.log) {
 		return
 	}
@@ -238,7 +239,7 @@ func allowed(w http.ResponseWriter, r *http.Request, secret string, log *slog.Lo
 		return true
 	}
 	log.Warn("refused a request without the deployment secret", "path", r.URL.Path, "remote", r.RemoteAddr,
-		"request_id", r.Header.Get("X-Request-Id"))
+		"request_id", r.Header.Get(openai.RequestIDHeader))
 	_ = openai.WriteUnauthorized(w, "this stage worker requires the deployment secret as \"Authorization: Bearer <secret>\"")
 	return false
 }
@@ -381,7 +382,7 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 		case errors.As(err, &reqErr):
 			resp = reqErr.Response()
 		case errors.As(err, &pErr):
-			resp = openai.InvalidRequest("kv_transfer_params", pErr.Error())
+			resp = openai.InvalidRequest(openai.KVTransferParamsMember, pErr.Error())
 		case errors.As(err, &spErr):
 			resp = openai.InvalidRequest(spErr.Param, spErr.Msg)
 		case errors.Is(err, engine.ErrPromptTooLong), errors.Is(err, engine.ErrInvalidRequest):

@@ -90,7 +90,7 @@ func benchDeployment(t *testing.T) string {
 		Omni: &orchestrator.Omni{
 			Talker:            stage("talker"),
 			Code2Wav:          stage("code2wav"),
-			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, MaxFrames: 12,
+			ConditioningLayer: 2, Temperature: 0.9, TopK: 50, MaxFrames: 12,
 		},
 	})
 	if err != nil {

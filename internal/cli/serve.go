@@ -438,7 +438,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}
 	if contract != nil {
 		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
-		cfg.Encoder, cfg.Secret = pools[topology.RoleEncoder], secret // nil without an encoder stage
+		cfg.Encoder = pools[topology.RoleEncoder] // nil without an encoder stage
 		cfg.PrefillRetries = doc.PD.PrefillRetries
 		cfg.MinPrefillTokens = doc.PD.MinPrefillTokens
 		cfg.FallbackLocal = doc.PD.Fallback == "local"
@@ -557,7 +557,7 @@ func kvHost(s *deploy.Stage) string { return deploy.KVHost(s) }
 // codec chunking from the stage connector that feeds Code2Wav, as vllm-omni
 // reads them.
 func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
-	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, Secret: secret, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.StreamsConditioning()}
+	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.StreamsConditioning()}
 	for _, s := range doc.Stages {
 		switch s.ModelStage {
 		case "thinker":

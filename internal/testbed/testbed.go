@@ -260,7 +260,7 @@ func Start(t testing.TB, opts Options) *Deployment {
 		decodePool.Instances = append(decodePool.Instances, d.instance(t, w))
 	}
 	ocfg := orchestrator.Config{
-		Decode: decodePool, Secret: secret,
+		Decode:         decodePool,
 		PrefillRetries: opts.PrefillRetries, PrefillTimeout: opts.PrefillTimeout, StageIdleTimeout: opts.StageIdleTimeout,
 		Metrics: d.metrics, Logger: lg,
 	}
@@ -294,7 +294,7 @@ func Start(t testing.TB, opts Options) *Deployment {
 		ocfg.Omni = &orchestrator.Omni{
 			Talker: talkers, Code2Wav: code2wavs,
 			// The reference Thinker's middle layer, as omnipd serve uses.
-			ConditioningLayer: 2, Secret: secret, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
+			ConditioningLayer: 2, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
 		}
 	}
 	orch, err := orchestrator.New(ocfg)
@@ -352,9 +352,9 @@ func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options,
 		// An encoder: no KV, and the encoder outputs it keeps.
 		wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECProducer}
 	default:
-		if wcfg.KV, err = worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":"ReferenceConnector","kv_role":%q,"engine_id":%q,
+		if wcfg.KV, err = worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":%q,"kv_role":%q,"engine_id":%q,
 		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g,"shared_memory":%t}}`,
-			role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory)); err != nil {
+			worker.ReferenceConnector, role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory)); err != nil {
 			t.Fatal(err)
 		}
 		if role == "kv_producer" && opts.Encoders > 0 {

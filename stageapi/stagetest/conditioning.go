@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
 )
 
@@ -122,12 +123,12 @@ func (c *checker) readFrom(base, key string, from int) (st *stageconn.Stash, don
 	if err != nil {
 		c.Fatalf("GET %s?from=%d: %v", key, from, err)
 	}
-	switch v := r.header.Get(stageconn.DoneHeader); v {
+	switch v := r.header.Get(stageapi.ConditioningDoneHeader); v {
 	case "true":
 		done = true
 	case "false", "":
 	default:
-		c.Errorf("GET %s?from=%d: %s: %q; want true or false", key, from, stageconn.DoneHeader, v)
+		c.Errorf("GET %s?from=%d: %s: %q; want true or false", key, from, stageapi.ConditioningDoneHeader, v)
 	}
 	return st, done, r
 }
@@ -147,7 +148,7 @@ func (c *checker) readToEnd(base, key string, from int) (embed, hidden [][]float
 			break
 		}
 	}
-	c.Fatalf("GET %s?from=N: no answer said %s: true after %d rows", key, stageconn.DoneHeader, len(embed))
+	c.Fatalf("GET %s?from=N: no answer said %s: true after %d rows", key, stageapi.ConditioningDoneHeader, len(embed))
 	return nil, nil, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageconn"
 	"github.com/omnipd/omnipd/worker"
 )
@@ -160,7 +161,7 @@ func brokenDeployment(t *testing.T, f faults, maxModelLen int) Deployment {
 func rewriteStashReads(rewrite func(body []byte, h http.Header) []byte) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, stageconn.Path) {
+			if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, stageapi.ConditioningPath) {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -222,8 +223,8 @@ func TestConformanceChecksCatchBrokenWorkers(t *testing.T) {
 		{
 			fault: "a streamed stash that says done on its first read", check: "ConditioningStreamed",
 			faults: faults{"thinker": rewriteStashReads(func(b []byte, h http.Header) []byte {
-				if h.Get(stageconn.DoneHeader) != "" {
-					h.Set(stageconn.DoneHeader, "true")
+				if h.Get(stageapi.ConditioningDoneHeader) != "" {
+					h.Set(stageapi.ConditioningDoneHeader, "true")
 				}
 				return b
 			})},

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/omnipd/omnipd/stageapi"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // prompts the checks send: plain text, so that any tokenizer takes them.
@@ -98,9 +97,9 @@ func checkSecret(c *checker) {
 			{"POST", "/tokenize", c.jsonString(map[string]any{"model": c.d.Model, "prompt": shortPrompt})},
 			{"POST", "/detokenize", c.jsonString(map[string]any{"model": c.d.Model, "tokens": []int{1, 2}})},
 			{"GET", "/v1/models", ""},
-			{"GET", stageconn.Path + kept, ""},
-			{"GET", stageconn.Path + kept + "?from=0", ""},
-			{"DELETE", stageconn.Path + kept, ""},
+			{"GET", stageapi.ConditioningPath + kept, ""},
+			{"GET", stageapi.ConditioningPath + kept + "?from=0", ""},
+			{"DELETE", stageapi.ConditioningPath + kept, ""},
 		}
 		refuse(thinker, eps)
 		// Refused reads and drops touched nothing, and refused requests

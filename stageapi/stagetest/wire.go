@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/stageconn"
 )
@@ -360,7 +361,7 @@ func (c *checker) stream(target, what string, body any) []event {
 
 // stashPath is a conditioning key's URL on a Thinker.
 func stashPath(base, key string) string {
-	return base + stageconn.Path + url.PathEscape(key)
+	return base + stageapi.ConditioningPath + url.PathEscape(key)
 }
 
 // ocndHeader is the wire form's header: magic, version, six counts.
@@ -408,7 +409,7 @@ func (c *checker) fetch(base, key string) *stageconn.Stash {
 	c.Helper()
 	st, err := decodeStash(c.call(http.MethodGet, stashPath(base, key), c.withSecret(), nil))
 	if err != nil {
-		c.Fatalf("GET %s%s: %v", stageconn.Path, key, err)
+		c.Fatalf("GET %s%s: %v", stageapi.ConditioningPath, key, err)
 	}
 	return st
 }
@@ -417,7 +418,7 @@ func (c *checker) fetch(base, key string) *stageconn.Stash {
 func (c *checker) wantGone(base, key, why string) {
 	c.Helper()
 	if r := c.call(http.MethodGet, stashPath(base, key), c.withSecret(), nil); r.status != http.StatusNotFound {
-		c.Errorf("GET %s%s %s: %v; want 404", stageconn.Path, key, why, r)
+		c.Errorf("GET %s%s %s: %v; want 404", stageapi.ConditioningPath, key, why, r)
 	}
 }
 

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"go/build"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/omnipd/omnipd/"
+
+// The house's arrows, read from the packages' own imports (tests apart):
+// the pure core imports nothing of ours, the public API reaches the stages
+// only through the orchestrator, and the orchestrator and the reference
+// engine never meet.
+func TestImportsPointDown(t *testing.T) {
+	rules := []struct {
+		pkg    string
+		tree   bool     // the packages below pkg too (engine/kvcache, ...)
+		banned []string // import paths below module; "" bans every package of ours
+	}{
+		{"topology", false, []string{""}},
+		{"kvconnector", false, []string{""}},
+		{"openai", false, []string{""}},
+		{"stageapi", false, []string{""}},
+		{"server", false, []string{"stageclient", "stageconn", "eccache", "worker", "engine", "kvtransfer", "mediafetch"}},
+		{"orchestrator", false, []string{"engine", "worker", "stageconn", "eccache", "kvtransfer", "server", "internal/cli"}},
+		{"engine", true, []string{"orchestrator", "server", "stageclient", "worker", "internal/cli"}},
+		{"worker", false, []string{"orchestrator", "server", "stageclient", "internal/cli"}},
+	}
+	for _, r := range rules {
+		imports := ownImports(t, r.pkg, r.tree)
+		for _, imp := range imports {
+			for _, ban := range r.banned {
+				if ban == "" || imp == ban || strings.HasPrefix(imp, ban+"/") {
+					t.Errorf("%s imports %s%s", r.pkg, module, imp)
+				}
+			}
+		}
+	}
+}
+
+// ownImports lists the packages of this module that pkg (and, with tree,
+// the packages below it) imports, relative to the module ("stageapi",
+// "engine/kvcache").
+func ownImports(t *testing.T, pkg string, tree bool) []string {
+	t.Helper()
+	var out []string
+	var walk func(dir string)
+	walk = func(dir string) {
+		p, err := build.ImportDir(dir, 0)
+		if _, none := err.(*build.NoGoError); err != nil && !none {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		for _, imp := range p.Imports {
+			if rel, ok := strings.CutPrefix(imp, module); ok && !slices.Contains(out, rel) {
+				out = append(out, rel)
+			}
+		}
+		if !tree {
+			return
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != "testdata" && !strings.HasPrefix(e.Name(), ".") {
+				walk(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	walk(filepath.Join(repoRoot, pkg))
+	if len(out) == 0 && pkg == "server" {
+		t.Fatalf("found no imports of %s: is the test reading the right directory?", pkg)
+	}
+	return out
+}

@@ -112,14 +112,34 @@ def resolve_stage(model: str, deploy_config: str, stage_id: int, overrides: dict
     )
 
 
+def streams_talker(spec: StageSpec) -> bool:
+    """Whether spec's Talker takes its rows while it runs: the stage's
+    ``async_chunk`` engine argument (vllm-omni's resolver writes the deploy
+    config's top-level value into every stage, a stage's own key overriding
+    it: vllm_omni/config/stage_config.py@0342827dd787296b8a6b1e9f523ebaa24d13c714;
+    ``--async-chunk`` / ``--no-async-chunk`` on the worker override both)."""
+    v = spec.engine_args.get("async_chunk")
+    if isinstance(v, str):
+        v = v.strip().lower() in ("1", "true", "yes", "on")
+    return spec.model_stage == TALKER and spec.stage_id > 0 and bool(v)
+
+
 def one_stage_config(spec: StageSpec) -> dict[str, Any]:
     """The deploy config of a pipeline made of spec's stage alone: stage 0,
     no input sources, its output final, no async chunk (it has no peer
     stage to stream to inside this engine). Its devices are renumbered from
-    0: the process sees only its own (CUDA_VISIBLE_DEVICES)."""
+    0: the process sees only its own (CUDA_VISIBLE_DEVICES).
+
+    A Talker that streams (``streams_talker``) keeps its pipeline stage id
+    and async chunk on: vllm-omni's chunk adapter polls the stage before
+    its own and never polls on stage 0
+    (vllm_omni/distributed/omni_connectors/transfer_adapter/chunk_transfer_adapter.py
+    @0342827dd787296b8a6b1e9f523ebaa24d13c714, ``load_async``); the worker
+    writes that stage's chunks itself (talker_feed.py)."""
+    streaming = streams_talker(spec)
     stage: dict[str, Any] = dict(spec.engine_args)
     stage.update({
-        "stage_id": 0,
+        "stage_id": spec.stage_id if streaming else 0,
         "model_stage": spec.model_stage,
         "stage_type": spec.stage_type,
         "engine_input_source": [],
@@ -130,7 +150,8 @@ def one_stage_config(spec: StageSpec) -> dict[str, Any]:
     if spec.devices:
         count = len([d for d in spec.devices.split(",") if d.strip()])
         stage["devices"] = ",".join(str(i) for i in range(count))
-    return {"async_chunk": False, "stages": [stage]}
+    stage["async_chunk"] = streaming
+    return {"async_chunk": streaming, "stages": [stage]}
 
 
 def build_engine(model: str, spec: StageSpec) -> Any:

@@ -62,6 +62,17 @@ INTERFACES: tuple[Interface, ...] = (
     Interface("vllm_omni.model_executor.stage_input_processors.qwen3_omni", "thinker2talker",
               ("source_outputs", "prompt", "requires_multimodal_data", "streaming_context"),
               "vllm_omni/model_executor/stage_input_processors/qwen3_omni.py", ("talker",)),
+    # A Talker fed while it runs (talker_feed.py): the worker writes the
+    # chunks its engine's chunk transfer adapter polls.
+    Interface("vllm_omni.distributed.omni_connectors", "OmniConnectorFactory.create_connector", ("spec",),
+              "vllm_omni/distributed/omni_connectors/factory.py@0342827dd787296b8a6b1e9f523ebaa24d13c714",
+              ("talker",)),
+    Interface("vllm_omni.distributed.omni_connectors", "ConnectorSpec", ("name", "extra"),
+              "vllm_omni/distributed/omni_connectors/utils/config.py@0342827dd787296b8a6b1e9f523ebaa24d13c714",
+              ("talker",)),
+    Interface("vllm_omni.distributed.omni_connectors.adapter", "compute_talker_prompt_ids_length", ("prompt_ids",),
+              "vllm_omni/distributed/omni_connectors/adapter.py@0342827dd787296b8a6b1e9f523ebaa24d13c714",
+              ("talker",)),
 )
 
 

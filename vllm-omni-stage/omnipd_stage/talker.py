@@ -21,10 +21,16 @@ vllm-omni Talker engine.
    the row of ``multimodal_output["codes"]["audio"]`` (zero rows for the
    prefill positions first), its codebook 0 the token the step consumed.
 
-With ``async_chunk`` the rows are read as the Thinker makes them, but the
-engine request starts once the whole conditioning is in: feeding rows into
-a running vllm-omni Talker request goes through its chunk transfer adapter
-(engine internals, no public interface; see README.md).
+On a Talker engine built with ``async_chunk`` (engine.streams_talker) the
+engine request instead starts on a placeholder prompt once the prompt's rows
+and the first reply row are in, and takes every row through its chunk
+transfer adapter as the Thinker makes it: the worker writes the chunks
+(talker_feed.py) while it streams the frames. A request with
+``async_chunk`` reads the stashes as they grow; one without takes them
+whole and puts every chunk at once. The frames are the same either way.
+Without an ``async_chunk`` engine, a request with ``async_chunk`` reads the
+rows as the Thinker makes them but starts the engine request once the
+whole conditioning is in (the prompt thinker2talker builds).
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ import logging
 import math
 import time
 from types import SimpleNamespace
+from collections.abc import AsyncIterator
 from typing import Any
 
-from . import client, tensors
+from . import client, talker_feed, tensors
+from .engine import streams_talker
 from .errors import APIError, invalid
 from .httpserver import ClientGone, Conn, Request, Response
 from .stash import Stash
@@ -91,6 +99,7 @@ class Talker:
     def __init__(self, worker: Any) -> None:
         self.w = worker
         self._releases: set[asyncio.Task[None]] = set()
+        self._fed: set[str] = set()  # the engine ids of the requests being fed
 
     async def generate(self, req: Request, conn: Conn) -> Response | None:
         body = req.json_object()
@@ -98,6 +107,8 @@ class Talker:
         sp = self._sampling(body)
         max_frames = sp.max_tokens - 1
         done = [False] * len(handles)
+        if streams_talker(self.w.spec):
+            return await self._generate_fed(req, conn, body, handles, sp, max_frames)
         try:
             # From here on, whatever is not read to its end is released, even
             # when the request ends (or its client leaves) before any read.
@@ -213,6 +224,176 @@ class Talker:
         src = dec if dec.tts_width else pre
         out.tts_width, out.tts = src.tts_width, src.tts
         return out
+
+    async def _batches(self, handles: list[tuple[str, str]], done: list[bool],
+                       streamed: bool) -> AsyncIterator[tuple[Stash, bool]]:
+        """The merged conditioning in the batches it comes in, each with
+        whether it is the last: whole (one batch), or as the stashes grow —
+        the prefill's rows [0:P] once it ended, then the decode's from row 1
+        (colocated, the one stash from row 0) read by read."""
+        if not streamed:
+            yield await self._take(handles, done), True
+            return
+        i = start = 0
+        if len(handles) == 2:
+            pre = await self._read_all(handles[0], 0, 0, done)
+            p = len(pre.prompt_token_ids)
+            if p == 0 or pre.rows < p:
+                raise APIError(502, f"the prefill stash has {pre.rows} rows for a {p}-token prompt",
+                               type_="upstream_error")
+            head = Stash(token_ids=pre.token_ids, prompt_token_ids=pre.prompt_token_ids)
+            head.add_rows(p, pre.embed_width, bytes(pre.embed[:4 * p * pre.embed_width]), pre.hidden_width,
+                          bytes(pre.hidden[:4 * p * pre.hidden_width]))
+            head.tts_width, head.tts = pre.tts_width, pre.tts
+            yield head, False
+            i = start = 1  # the decode's row 0 recomputes the prompt's last position
+        url, key = handles[i]
+        n = start
+        while True:
+            t0 = time.monotonic()
+            st, end, waited = await client.read_from(url, key, self.w.secret, n)
+            self.w.metrics.record_conditioning_read(st.rows, waited, time.monotonic() - t0)
+            if end:
+                done[i] = True
+            n += st.rows
+            if st.rows or end:
+                yield st, end
+            if end:
+                return
+
+    @staticmethod
+    def _absorb(acc: Stash, st: Stash) -> None:
+        acc.add_rows(st.rows, st.embed_width, bytes(st.embed), st.hidden_width, bytes(st.hidden))
+        acc.token_ids = st.token_ids or acc.token_ids
+        acc.prompt_token_ids = acc.prompt_token_ids or st.prompt_token_ids
+        if st.tts_width and not acc.tts_width:
+            acc.tts_width, acc.tts = st.tts_width, st.tts
+
+    @staticmethod
+    def _check_head(acc: Stash) -> None:
+        p = len(acc.prompt_token_ids)
+        if p == 0 or acc.rows < p or not acc.tts_width:
+            raise APIError(502, f"the conditioning has {acc.rows} rows for a {p}-token prompt and "
+                                f"{'no ' if not acc.tts_width else ''}TTS embeddings", type_="upstream_error")
+        if acc.embed_width != acc.tts_width:
+            raise APIError(502, f"TTS embeddings of width {acc.tts_width} for word embeddings of width "
+                                f"{acc.embed_width}", type_="upstream_error")
+
+    @staticmethod
+    def _check_end(acc: Stash) -> None:
+        if acc.rows != len(acc.token_ids) - 1:
+            raise APIError(502, f"the conditioning has {acc.rows} rows for {len(acc.token_ids)} tokens; want one row "
+                                "per token but the last", type_="upstream_error")
+
+    async def _generate_fed(self, req: Request, conn: Conn, body: dict[str, Any], handles: list[tuple[str, str]],
+                            sp: Any, max_frames: int) -> Response | None:
+        """A request on an async-chunk Talker engine: the engine request
+        starts once the prompt's rows and the first reply row are in, and
+        the feed puts each later row while the frames stream."""
+        rid = req.request_id
+        done = [False] * len(handles)
+        batches = self._batches(handles, done, bool(body.get("async_chunk")))
+        acc = Stash()
+        end = False
+        feed: talker_feed.ChunkFeed | None = None
+        feeder: asyncio.Future[None] | None = None
+        pending: asyncio.Future[Any] | None = None
+        outputs: Any = None
+        try:
+            try:
+                async for st, end in batches:  # the head: until chunk 0 can be put
+                    self._absorb(acc, st)
+                    if end or (acc.prompt_token_ids and acc.rows >= len(acc.prompt_token_ids) + 1):
+                        break
+            except client.FetchError as e:
+                raise APIError(e.status, str(e), type_="upstream_error", code="conditioning_unavailable") from None
+            self._check_head(acc)
+            if end:
+                self._check_end(acc)
+            await conn.start_stream()
+            outputs = self.w.outputs(talker_feed.prompt(acc.prompt_token_ids), sp, rid)
+            it = outputs.__aiter__()
+            pending = asyncio.ensure_future(it.__anext__())
+            eid = await talker_feed.engine_request_id(self.w.engine, rid, pending, self._fed)
+            if eid is not None:
+                self._fed.add(eid)
+                feed = talker_feed.ChunkFeed(eid, self.w.spec.stage_id)
+                feed.put(acc, end)
+                if not end:
+                    feeder = asyncio.ensure_future(self._feed(batches, acc, feed))
+            frames = sent = sampled = 0
+            try:
+                while True:
+                    waits: set[asyncio.Future[Any]] = {pending}
+                    if feeder is not None and not feeder.done():
+                        waits.add(feeder)
+                    ready, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    if feeder is not None and feeder in ready:
+                        feeder.result()  # a Thinker that failed mid-answer ends the stream here
+                    if pending not in ready:
+                        continue
+                    try:
+                        out = pending.result()
+                    except StopAsyncIteration:
+                        break
+                    stop = False
+                    for frame in self._new_frames(out, sent, sampled):
+                        if frame is None:
+                            stop = True
+                            break
+                        await conn.send_event({"frame": frame})
+                        frames += 1
+                        sent += 1
+                        self.w.metrics.record_frames(1)
+                        if sent >= max_frames:
+                            stop = True
+                            break
+                    sampled = self._sampled(out, sampled)
+                    if stop or out.finished:
+                        break
+                    pending = asyncio.ensure_future(it.__anext__())
+            except (ClientGone, asyncio.CancelledError):
+                raise
+            except Exception as e:  # the stream has begun: its error is an event, then [DONE]
+                msg = e.message if isinstance(e, APIError) else f"{type(e).__name__}: {e}"
+                log.error("talker generation failed: %s", msg, extra={"request_id": rid})
+                await conn.send_event({"error": msg})
+                await conn.send_event("[DONE]")
+                return None
+            await conn.send_event({"done": True, "frames": frames})
+            await conn.send_event("[DONE]")
+            return None
+        finally:
+            # Stop the engine request (the outputs' own cleanup aborts one
+            # left unfinished), then the feed, then free what is unread.
+            for task in (pending, feeder):
+                if task is not None and not task.done():
+                    task.cancel()
+                    try:
+                        await task
+                    except BaseException:  # noqa: BLE001 - its end is all that is wanted here
+                        pass
+            if outputs is not None:
+                await outputs.aclose()
+            await batches.aclose()
+            if feed is not None:
+                feed.release()
+                self._fed.discard(feed.key)
+            self._release(handles, done)
+
+    async def _feed(self, batches: AsyncIterator[tuple[Stash, bool]], acc: Stash, feed: talker_feed.ChunkFeed) -> None:
+        """Puts each batch of rows as it comes, until the last."""
+        try:
+            async for st, end in batches:
+                self._absorb(acc, st)
+                if end:
+                    self._check_end(acc)
+                feed.put(acc, end)
+                if end:
+                    return
+        except client.FetchError as e:
+            raise APIError(e.status, f"the Thinker's conditioning failed mid-answer: {e}",
+                           type_="upstream_error") from None
 
     def _release(self, handles: list[tuple[str, str]], done: list[bool]) -> None:
         """Frees on the Thinker workers what was not read to its end (the

@@ -13,8 +13,10 @@ tests are fast, with the real stages' output shapes.
   item's one pad into a count that grows with its size, and a placeholder
   position's row is a function of the digest, so another image changes the
   rows after it and the text.
-* Talker: frames of 16 codebook ids (0..2047) that are a function of its
-  input rows, the seed and the step; stop code 2150.
+* Talker: frames of 16 codebook ids (0..2047); the frame of step k is a
+  function of the prompt's rows, the reply rows up to k, the seed and the
+  step (``TalkerRun``: whole or fed a row at a time, the same frames); stop
+  code 2150.
 * Code2Wav: 1920 samples per frame, causal with a receptive field of two
   frames, so decoding in chunks with left context equals decoding whole.
 
@@ -288,28 +290,104 @@ def next_token(state: int, temperature: float, seed: int | None, step: int) -> i
 
 # ---- the Talker ----
 
-def talker_state(rows: list[list[float]], hidden_rows: list[list[float]], tts: list[list[float]],
-                 ids: list[int], prompt_len: int) -> int:
+TALKER_TAIL = 2  # tts_pad inputs after which the toy stops speaking (the learned end of speech)
+
+
+def _fold(s: int, block: list[list[float]]) -> int:
+    for r in block:
+        for v in r:
+            s = mix(s ^ struct.unpack("<I", struct.pack("<f", v))[0])
+    return s
+
+
+def talker_prompt_state(rows: list[list[float]], hidden_rows: list[list[float]], tts: list[list[float]],
+                        prompt_ids: list[int], prompt_len: int) -> int:
+    """The Talker's state after its prompt: a function of the rows the
+    prompt reads (the Thinker prompt's P rows and the first reply row, when
+    there is one), the TTS embeddings, the Thinker's prompt ids and the
+    Talker prompt's length."""
     s = mix(prompt_len)
     for block in (rows, hidden_rows, tts):
-        for r in block:
-            for v in r:
-                s = mix(s ^ struct.unpack("<I", struct.pack("<f", v))[0])
-    for t in ids:
+        s = _fold(s, block)
+    for t in prompt_ids:
         s = mix(s ^ (t + 7))
     return s
 
 
-def talker_code(state: int, step: int, temperature: float, seed: int | None) -> int:
-    """Codebook 0 of the frame sampled at step, or the stop code."""
-    salt = 0 if temperature <= 0 else (seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
-    if step >= 3 + mix(state ^ salt) % 40:
+def talker_code(state: int, step: int, salt: int) -> int:
+    """Codebook 0 of the frame sampled at step (salt 0 is greedy), or the
+    stop code, which the toy samples rarely before step 2 never."""
+    if step >= 2 and mix(state ^ salt ^ 0x5709) % 37 == 0:
         return CODEC_STOP
     return mix(state ^ mix(salt + step)) % CODEBOOK_SIZE
 
 
 def residual_codes(state: int, code0: int, step: int) -> list[int]:
     return [code0] + [mix(state ^ (code0 * 31 + step * 131 + q)) % CODEBOOK_SIZE for q in range(1, CODEBOOKS)]
+
+
+class TalkerRun:
+    """The toy Talker's decode, step by step, in the order Qwen3-Omni's
+    Talker reads its inputs (and omnipd's reference Talker,
+    engine/talker/feed.go): the prompt once the Thinker prompt's rows and
+    the first reply row are in; then each step's input is the frame just
+    sampled plus one text row: the next reply row while there is one, then
+    tts_eos once no row follows, then tts_pad. The frame of step k needs
+    reply rows up to k only, so a feed that grows gives the frames of the
+    finished conditioning."""
+
+    def __init__(self, temperature: float, seed: int | None) -> None:
+        if temperature <= 0:
+            self.salt = 0
+        else:
+            self.salt = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
+        self.state = 0
+        self.step = 0
+        self.eos_fed = False
+        self.pads = 0
+        self.tts: list[list[float]] = []
+
+    def start(self, rows: list[list[float]], hidden_rows: list[list[float]], tts: list[list[float]],
+              prompt_ids: list[int], prompt_len: int) -> None:
+        self.tts = tts
+        self.state = talker_prompt_state(rows, hidden_rows, tts, prompt_ids, prompt_len)
+
+    def code(self) -> int:
+        """Codebook 0 of this step's frame, or the stop code."""
+        if self.pads > TALKER_TAIL:
+            return CODEC_STOP
+        return talker_code(self.state, self.step, self.salt)
+
+    def frame(self, code0: int) -> list[int]:
+        return residual_codes(self.state, code0, self.step)
+
+    def advance(self, code0: int, text_row: list[float] | None) -> None:
+        """The next step's input: this step's code and a reply row, or None
+        when no reply row follows (tts_eos the first time, tts_pad after)."""
+        if text_row is None:
+            text_row = self.tts[0] if self.eos_fed else self.tts[2]  # pad, bos, eos
+            if self.eos_fed:
+                self.pads += 1
+            self.eos_fed = True
+        self.state = _fold(mix(self.state ^ (code0 + 11)), [text_row])
+        self.step += 1
+
+def talker_frames(rows: list[list[float]], hidden_rows: list[list[float]], tts: list[list[float]],
+                  prompt_ids: list[int], prompt_len: int, temperature: float, seed: int | None) -> list[list[int]]:
+    """The frames the toy Talker speaks for the whole conditioning (rows:
+    the Thinker prompt's rows, then one per reply token but the last), up
+    to the stop code."""
+    p = len(prompt_ids)
+    run = TalkerRun(temperature, seed)
+    run.start(rows[:p + 1], hidden_rows[:p + 1], tts, prompt_ids, prompt_len)
+    out: list[list[int]] = []
+    while True:
+        c = run.code()
+        if c == CODEC_STOP:
+            return out
+        out.append(run.frame(c))
+        i = p + len(out)
+        run.advance(c, rows[i] if i < len(rows) else None)
 
 
 # ---- Code2Wav ----

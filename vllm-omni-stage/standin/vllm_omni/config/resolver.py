@@ -83,6 +83,12 @@ def resolve_omni_config(
         if "stage_args" in deploy:
             raise ValueError(f"{deploy_config_path}: the legacy stage_args schema is no longer supported; "
                              "write stages:")
+        # The top-level async_chunk reaches every stage's engine arguments,
+        # a stage's own key overriding it, as vllm-omni's resolver writes it
+        # (vllm_omni/config/stage_config.py@0342827dd787296b8a6b1e9f523ebaa24d13c714).
+        if "async_chunk" in deploy:
+            for s in stages:
+                s["engine_args"]["async_chunk"] = deploy["async_chunk"]
         for entry in deploy.get("stages") or []:
             sid = entry.get("stage_id")
             if not isinstance(sid, int) or not 0 <= sid < len(stages):

@@ -36,6 +36,15 @@ producer asked ``do_remote_decode`` returns NixlConnector's
 nixl_connector.py, ``request_finished``); a consumer given
 ``do_remote_prefill`` recomputes the prompt but reports, and emits rows, as
 one that imported the first P-1 positions' KV.
+
+A Talker stage with ``async_chunk`` (top level and stage) keeps its pipeline
+stage id and takes its rows from its chunk transfer adapter
+(vllm_omni/distributed/omni_connectors/transfer_adapter/chunk_transfer_adapter.py
+@0342827dd787296b8a6b1e9f523ebaa24d13c714) instead of the prompt's
+``additional_information``; ``request_states`` maps each internal
+``{id}-{uuid8}`` to its ``external_request_id`` as upstream's does.
+OMNIPD_STANDIN_HOLD_AFTER=N: the hold (OMNIPD_STANDIN_HOLD) comes after a
+request's N-th output (default 1).
 """
 
 from __future__ import annotations
@@ -123,9 +132,19 @@ class AsyncOmni:
         with open(path) as f:
             cfg = _toy.load_yaml(f.read())
         stages = cfg.get("stages") or []
-        if len(stages) != 1 or stages[0].get("stage_id") != 0:
-            raise ValueError(f"the stand-in runs one stage, stage 0; {path} has {len(stages)}")
+        if len(stages) != 1:
+            raise ValueError(f"the stand-in runs one stage; {path} has {len(stages)}")
         stage = stages[0]
+        # Async chunk (a Talker fed by chunks): the stage keeps its pipeline
+        # id, so its chunk adapter polls the stage before it (upstream's
+        # adapter never polls on stage 0); the top level and the stage's
+        # engine arguments both say async_chunk, as vllm-omni's resolver
+        # materialises the deploy's value into every stage.
+        self.async_chunk = bool(cfg.get("async_chunk")) and bool(stage.get("async_chunk"))
+        sid = stage.get("stage_id")
+        if sid != 0 and not (self.async_chunk and isinstance(sid, int) and sid > 0):
+            raise ValueError(f"the stand-in runs stage 0, or a later stage with async_chunk; {path} has "
+                             f"stage_id {sid!r}")
         if stage.get("engine_input_source") or not stage.get("final_output"):
             raise ValueError("a single-stage engine's stage takes no input sources and is final")
         self.stage_config = stage
@@ -164,6 +183,18 @@ class AsyncOmni:
                                                                    else domains))
         self._tokenizer = _toy.Tokenizer() if self.model_stage == "thinker" else None
         self._states: dict[str, _State] = {}
+        # Upstream's per-request client state, keyed by the internal
+        # ``{id}-{uuid8}`` id, with the caller's id as external_request_id
+        # (vllm_omni/entrypoints/client_request_state.py).
+        self.request_states: dict[str, SimpleNamespace] = {}
+        self.chunk_transfer_adapter = None
+        if self.async_chunk and self.model_stage == "talker":
+            from vllm_omni.distributed.omni_connectors.transfer_adapter.chunk_transfer_adapter import (  # noqa: PLC0415
+                OmniChunkTransferAdapter)
+            spec = stage.get("stage_connector_spec") or {}
+            self.chunk_transfer_adapter = OmniChunkTransferAdapter(
+                {"name": spec.get("name", "SharedMemoryConnector"),
+                 "extra": {**(spec.get("extra") or {}), "stage_id": sid}})
         _toy.wait_load_gate()
         _toy.record("loaded", stage=self.model_stage, kv_role=self.kv_role, engine_args=stage)
 
@@ -209,10 +240,12 @@ class AsyncOmni:
         internal = f"{request_id}-{uuid.uuid4().hex[:8]}"
         state = _State(request_id)
         self._states[internal] = state
+        self.request_states[internal] = SimpleNamespace(request_id=internal, external_request_id=request_id)
+        hold_at = int(os.environ.get("OMNIPD_STANDIN_HOLD_AFTER") or 1)
         steps = {"thinker": self._thinker, "talker": self._talker, "code2wav": self._code2wav}[self.model_stage]
         reason = "finished"
         try:
-            first = True
+            n = 0
             async for out in steps(prompt, sp, internal, request_id):
                 if state.aborted:
                     reason = "abort"
@@ -220,12 +253,14 @@ class AsyncOmni:
                 yield out
                 if out.finished:
                     return
+                n += 1
                 await asyncio.sleep(0)  # as a real engine, other requests run between steps
-                while first and _toy.held() and not state.aborted:
+                # OMNIPD_STANDIN_HOLD_AFTER: the output after which a held
+                # request waits (1, the first, unless it says otherwise).
+                while n == hold_at and _toy.held() and not state.aborted:
                     await asyncio.sleep(0.01)
                 if _toy.failing():
                     raise RuntimeError("the stand-in engine failed (OMNIPD_STANDIN_FAIL)")
-                first = False
                 if state.aborted:
                     reason = "abort"
                     return
@@ -237,6 +272,9 @@ class AsyncOmni:
             raise
         finally:
             self._states.pop(internal, None)
+            self.request_states.pop(internal, None)
+            if self.chunk_transfer_adapter is not None:
+                self.chunk_transfer_adapter.cleanup(internal)
             _toy.record("released", request_id=request_id, reason=reason, running=len(self._states))
 
     # ---- the stages ----
@@ -353,29 +391,97 @@ class AsyncOmni:
 
     async def _talker(self, prompt: Any, sp: SamplingParams, internal: str,
                       external: str) -> AsyncGenerator[OmniRequestOutput, None]:
+        """The toy Talker on thinker2talker's whole payload (the prompt's
+        ``additional_information``), or, on an async-chunk engine, on the
+        chunks its adapter receives: the request waits for chunk 0 (the
+        prompt's rows and the first reply row), then each step that needs
+        a reply row it does not have waits for the next chunk
+        (``WAITING_FOR_CHUNK``) until one says ``meta.finished``."""
+        plen = len(prompt["prompt_token_ids"])
         info = prompt.get("additional_information")
-        if not isinstance(info, dict):
+        chunked = self.chunk_transfer_adapter is not None
+        if chunked and info is not None:
+            raise ValueError("an async-chunk Talker takes its rows from its input connector, not the prompt")
+        if not chunked and not isinstance(info, dict):
             raise ValueError("the Talker's prompt needs additional_information (thinker2talker's payload)")
+        state = self._states[internal]
+        rows: list[list[float]] = []
+        ended = False
+
+        async def next_chunk() -> dict[str, Any] | None:
+            """The next chunk once it comes; None when the request was aborted."""
+            assert self.chunk_transfer_adapter is not None
+            while not state.aborted:
+                # The engine request's external_req_id is AsyncOmni's own
+                # "{id}-{uuid8}" (async_omni_engine.py sets it so), not the
+                # caller's id: the adapter's keys carry that one.
+                payload = self.chunk_transfer_adapter.poll(internal, internal)
+                if payload is not None:
+                    return payload
+                await asyncio.sleep(0.002)  # the scheduler's next round
+            return None
+
+        def finished(payload: dict[str, Any]) -> bool:
+            v = (payload.get("meta") or {}).get("finished")
+            return bool(v.item()) if hasattr(v, "item") else bool(v)
+
         try:
-            rows = _toy.as_lists(info["embed"]["prefill"])
-            hidden_rows = _toy.as_lists(info["hidden_states"]["output"])
-            tts = [_toy.as_lists(info["embed"][k])[-1] for k in ("tts_pad", "tts_bos", "tts_eos")]
-            all_ids = list(info["ids"]["all"])
+            if chunked:
+                head = await next_chunk()
+                if head is None:
+                    return
+                ended = finished(head)
+                rows = _toy.as_lists(head["embed"]["prefill"])
+                hidden_rows = _toy.as_lists(head["hidden_states"]["output"])
+                tts = [_toy.as_lists(head["embed"][k])[-1] for k in ("tts_pad", "tts_bos", "tts_eos")]
+                prompt_ids = list(head["ids"]["prompt"])
+            else:
+                rows = _toy.as_lists(info["embed"]["prefill"])
+                hidden_rows = _toy.as_lists(info["hidden_states"]["output"])
+                tts = [_toy.as_lists(info["embed"][k])[-1] for k in ("tts_pad", "tts_bos", "tts_eos")]
+                prompt_ids = list(info["ids"]["prompt"])
+                ended = True
         except (KeyError, TypeError, IndexError) as e:
             raise ValueError(f"the Talker's additional_information lacks {e}") from None
-        plen = len(prompt["prompt_token_ids"])
-        _toy.record("add", request_id=external, stage="talker", rows=len(rows), prompt_len=plen,
+        p = len(prompt_ids)
+        if len(rows) < p or len(hidden_rows) < min(len(rows), p + 1):
+            raise ValueError(f"the Talker's input has {len(rows)} rows for a {p}-token Thinker prompt")
+        _toy.record("add", request_id=external, stage="talker", rows=len(rows), prompt_len=plen, chunked=chunked,
                     temperature=sp.temperature, seed=sp.seed, max_tokens=sp.max_tokens)
-        state = _toy.talker_state(rows, hidden_rows, tts, all_ids, plen)
+        run = _toy.TalkerRun(sp.temperature, sp.seed)
+        run.start(rows[:p + 1], hidden_rows[:p + 1], tts, prompt_ids, plen)
+
+        async def reply_row(i: int) -> list[float] | None:
+            """Row i of the conditioning, waiting for chunks while none says
+            it was the last; None when the conditioning ends before it."""
+            nonlocal ended
+            while i >= len(rows) and not ended:
+                payload = await next_chunk()
+                if payload is None:
+                    return None
+                ended = finished(payload)
+                decode = (payload.get("embed") or {}).get("decode")
+                if decode is not None:
+                    rows.extend(_toy.as_lists(decode))
+            return rows[i] if i < len(rows) else None
+
         stops = set(sp.stop_token_ids or [])
         codes = _Accumulated()
         codes.add([[0] * _toy.CODEBOOKS for _ in range(plen)])
         sampled: list[int] = []
-        step = 0
+        frame: list[int] | None = None
         while True:
-            if step > 0:
-                codes.add([_toy.residual_codes(state, sampled[-1], step - 1)])
-            c = _toy.talker_code(state, step, sp.temperature, sp.seed)
+            if sampled:
+                # This step consumes the last code: its input adds the next
+                # reply row, and its forward completes that code's frame.
+                row = await reply_row(p + len(sampled))
+                if state.aborted:
+                    return
+                run.advance(sampled[-1], row)
+                assert frame is not None
+                codes.add([frame])
+            c = run.code()
+            frame = run.frame(c)
             sampled.append(c)
             finish = "stop" if c in stops else ("length" if len(sampled) >= (sp.max_tokens or 4096) else None)
             done = finish is not None
@@ -390,7 +496,6 @@ class AsyncOmni:
                                     final_output_type="latent")
             if done:
                 return
-            step += 1
 
     async def _code2wav(self, prompt: Any, sp: SamplingParams, internal: str,
                         external: str) -> AsyncGenerator[OmniRequestOutput, None]:

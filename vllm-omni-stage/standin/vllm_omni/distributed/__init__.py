@@ -1,0 +1,1 @@
+"""Stand-in for vllm_omni/distributed (vllm-omni main at 0342827d)."""

@@ -1,0 +1,1 @@
+"""Stand-in for vllm_omni/distributed/omni_connectors/connectors."""

@@ -17,6 +17,7 @@ import (
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/wiring"
 )
 
 // thinkerPDConfig is a Thinker split into prefill and decode over the
@@ -77,7 +78,7 @@ func TestTakenPortsStayBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := workerKVConfig(doc.Stages[0], topology.Replica{EngineID: "prefill-0", KVPort: held.kv})
+	kv, err := wiring.WorkerKVConfig(doc.Stages[0], topology.Replica{EngineID: "prefill-0", KVPort: held.kv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +29,7 @@ import (
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/wiring"
 	"github.com/omnipd/omnipd/worker"
 	"github.com/spf13/cobra"
 )
@@ -291,180 +291,39 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		return err
 	}
 	defer ports.close()
-	var workers []*launch.Supervisor
-	defer func() {
-		for _, w := range workers {
-			if err := w.Stop(10 * time.Second); err != nil {
-				o.log.Warn("stopping worker", "err", err)
-			}
-		}
-	}()
-	progress := func(line string) { fmt.Fprintln(o.out, line) }
 	local := localWorkers(doc)
 	procs := workerProcs(runtime.GOMAXPROCS(0), local, os.Getenv("GOMAXPROCS") != "")
 	if procs > 0 {
 		fmt.Fprintf(o.out, "reference workers: %d on this host, GOMAXPROCS=%d each (set GOMAXPROCS to choose)\n", local, procs)
 	}
-
-	pools := map[topology.Role]*orchestrator.Pool{}
-	omniPools := map[string]*orchestrator.Pool{}
-	var readiness stageclient.Readiness
-	var contract kvconnector.Contract
-	var prefillExtra map[string]any // the prefill's kv_connector_extra_config
-	for _, s := range doc.Stages {
-		if s.ModelStage != "thinker" && s.ModelStage != "talker" && s.ModelStage != "code2wav" {
-			return fmt.Errorf("stage %d: omnipd cannot serve model stage %q", s.ID, s.ModelStage)
-		}
-		pool := &orchestrator.Pool{Name: s.ModelStage, MaxQueue: o.access.maxStageQueue, Logger: o.log}
-		if s.Role != topology.RoleFull {
-			pool.Name += "-" + s.Role.String()
-		}
-		for i, r := range s.Replicas {
-			spec := launch.Spec{Name: fmt.Sprintf("%s-%d", pool.Name, i), Secret: secret, Procs: procs}
-			url := r.Endpoint
-			if url == "" {
-				// omnipd starts this instance: a reference worker, on the
-				// ports held for it.
-				held := ports.take(s.ID, i)
-				spec.Listener = held.httpLn
-				if held.kv != 0 {
-					r.KVPort = held.kv
-					if s.KV.Role == topology.KVProducer || s.KV.Role == topology.KVBoth {
-						spec.KVListener = held.kvLn
-					} else {
-						held.kvLn.Close() // a kv_consumer opens no side channel
-					}
-				}
-				where := ""
-				if s.ModelStage == "thinker" {
-					if spec.KVTransferConfig, err = workerKVConfig(s, r); err != nil {
-						return err
-					}
-					if o.access.maxModelLen > 0 {
-						spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
-					}
-					if o.checkpoint != "" {
-						spec.Args = append(spec.Args, "--model", o.checkpoint)
-					}
-					// The client's model names the legs too: the worker must
-					// answer to the name serve answers to.
-					spec.Args = append(spec.Args, "--served-model-name", o.model)
-					spec.Args = append(spec.Args, kvCacheArgs(s)...)
-					spec.Args = append(spec.Args, o.access.media.args()...)
-					spec.Args = append(spec.Args, "--max-request-body-size-mb", strconv.FormatInt(legBodyMB(o.access.maxBody), 10))
-					if s.EC != nil {
-						// The encoder and the prefill of E/P/D.
-						if s.EC.Connector != worker.ReferenceECConnector {
-							return fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.EC.Connector, worker.ReferenceECConnector)
-						}
-						ec, err := launch.ECTransferJSON(s, r)
-						if err != nil {
-							return err
-						}
-						spec.Args = append(spec.Args, "--ec-transfer-config", ec)
-					}
-					if r.KVPort != 0 {
-						where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
-					}
-				} else {
-					spec.Args = []string{"--stage", s.ModelStage}
-				}
-				if simulateArg != "" {
-					spec.Args = append(spec.Args, "--simulate", simulateArg)
-				}
-				if o.debugAddr != "" {
-					spec.Args = append(spec.Args, "--debug-addr", childDebugAddr(o.debugAddr))
-				}
-				fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s%s\n", s.ID, pool.Name, spec.Name, where)
-				w, err := launch.Supervise(exe, spec, o.workerLog, progress)
-				if err != nil {
-					return err
-				}
-				workers = append(workers, w)
-				readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				err = w.WaitHealthy(readyCtx)
-				cancel()
-				if err != nil {
-					return err
-				}
-				url = w.URL()
-				fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, pool.Name, spec.Name, url)
-			}
-			client, err := stageclient.New(stageclient.Config{BaseURL: url, Secret: secret})
-			if err != nil {
-				return fmt.Errorf("stage %d: %w", s.ID, err)
-			}
-			readiness.Targets = append(readiness.Targets, stageclient.ReadyTarget{Stage: fmt.Sprintf("stage %d (%s)", s.ID, pool.Name), Client: client})
-			if s.ModelStage != "thinker" {
-				pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client})
-				continue
-			}
-			peer := thinkerPeer(s, r, url)
-			if r.Endpoint != "" && r.KVPort == 0 && peer.KVPort != 0 && listensOnKVPort(s) {
-				fmt.Fprintf(o.out, "stage %d (%s): %s names no KV port; using %s's default, %d (name it in the stage's kv_transfer_config to choose)\n", s.ID, pool.Name, url, s.KV.Connector, peer.KVPort)
-			}
-			pool.Instances = append(pool.Instances, &orchestrator.Instance{Client: client, Peer: peer})
-		}
-		if s.ModelStage != "thinker" {
-			omniPools[s.ModelStage] = pool
-			continue
-		}
-		pools[s.Role] = pool
-		if s.Role == topology.RolePrefill {
-			extra := map[string]any{}
-			if s.KV.ExtraConfig != nil {
-				raw, _ := s.KV.ExtraConfig.MarshalJSON()
-				_ = json.Unmarshal(raw, &extra)
-			}
-			if contract, err = kvconnector.NewRegistry().Lookup(s.KV.Connector, extra); err != nil {
-				return err
-			}
-			prefillExtra = extra
-		}
+	launcher := &referenceLauncher{o: o, exe: exe, secret: secret, simulateArg: simulateArg, procs: procs, ports: ports}
+	defer launcher.stop()
+	m := metrics.NewOrchestrator()
+	stageIdle := o.stageIdle
+	if stageIdle <= 0 {
+		stageIdle = -1 // the flag's 0 means never; the orchestrator's means the default
+	}
+	rt, err := wiring.Build(ctx, doc, wiring.Options{
+		Secret: secret, Launcher: launcher, MaxStageQueue: o.access.maxStageQueue,
+		StageIdleTimeout: stageIdle, Metrics: m, Logger: o.log, Out: o.out,
+	})
+	if err != nil {
+		return err
 	}
 	// Keep unhealthy instances out of rotation between requests too.
 	probeCtx, stopProbes := context.WithCancel(ctx)
 	defer stopProbes()
-	for _, p := range pools {
-		go p.Probe(probeCtx, 2*time.Second)
-	}
-	for _, p := range omniPools {
-		go p.Probe(probeCtx, 2*time.Second)
-	}
-	m := metrics.NewOrchestrator()
-	cfg := orchestrator.Config{Logger: o.log, Metrics: m, StageIdleTimeout: o.stageIdle}
-	if o.stageIdle <= 0 {
-		cfg.StageIdleTimeout = -1 // the flag's 0 means never; the config's means the default
-	}
-	if contract != nil {
-		cfg.Prefill, cfg.Decode, cfg.Contract = pools[topology.RolePrefill], pools[topology.RoleDecode], contract
-		cfg.Encoder = pools[topology.RoleEncoder] // nil without an encoder stage
-		cfg.PrefillRetries = doc.PD.PrefillRetries
-		cfg.MinPrefillTokens = doc.PD.MinPrefillTokens
-		cfg.FallbackLocal = doc.PD.Fallback == "local"
-		if cfg.KVReady, err = listenKVNotices(ctx, contract, prefillExtra, o.log); err != nil {
-			return err
-		}
-	} else {
-		cfg.Decode = pools[topology.RoleFull]
-	}
-	if omniPools["talker"] != nil && omniPools["code2wav"] != nil {
-		cfg.Omni = omniConfig(doc, omniPools["talker"], omniPools["code2wav"], secret)
-	}
-	orch, err := orchestrator.New(cfg)
-	if err != nil {
-		return err
-	}
+	rt.Probe(probeCtx, 2*time.Second)
 	o.access.warnExposure(o.host, o.log)
-	warnNotReady(ctx, &readiness, o.log)
-	maxModelLen := o.access.thinkerMaxModelLen(ctx, cfg.Decode, o.log)
+	warnNotReady(ctx, rt.Readiness, o.log)
+	maxModelLen := o.access.thinkerMaxModelLen(ctx, rt.Config.Decode, o.log)
 	fmt.Fprintf(o.out, "request bodies: up to %s (%s)\n", mib(o.access.maxBody), bodyCapWhy(o.access.maxBodyMB))
 	handler := server.New(server.Config{
 		APIKey: o.access.apiKey, AuthHealth: o.access.authHealth, AuthMetrics: o.access.authMetrics,
 		MaxConcurrent: o.access.maxConcurrent, MaxTokensLimit: o.access.tokensLimit(maxModelLen),
 		MaxModelLen: maxModelLen, MaxBodyBytes: o.access.maxBody, WriteTimeout: noneIsNegative(o.access.writeTimeout),
-		Orchestrator: orch, ModelName: o.model, Logger: o.log, Metrics: m, Version: buildinfo.Version(),
-		Ready: readiness.Check, BodyTimeout: noneIsNegative(o.access.bodyTimeout),
+		Orchestrator: rt.Orchestrator, ModelName: o.model, Logger: o.log, Metrics: m, Version: buildinfo.Version(),
+		Ready: rt.Readiness.Check, BodyTimeout: noneIsNegative(o.access.bodyTimeout),
 	})
 	hc := server.HTTPConfig{
 		IdleTimeout: noneIsNegative(o.access.keepAlive),
@@ -472,7 +331,7 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 		Metrics: m,
 	}
 	return serveListenerWith(ctx, ln, handler, hc, o.drain, func(a net.Addr) {
-		path := pathName(contract)
+		path := pathName(rt.Config.Contract)
 		if e := doc.EncoderStage(); e != nil && e.EC != nil {
 			path = fmt.Sprintf("encoder over %s, %s", e.EC.Connector, path)
 		}
@@ -480,6 +339,103 @@ func serve(ctx context.Context, doc *deploy.Document, o serveOptions) error {
 	}, func() {
 		fmt.Fprintf(o.out, "shutting down: draining in-flight requests (up to %v)\n", o.drain)
 	})
+}
+
+// referenceLauncher starts the reference workers serve runs, one child
+// process for each replica that names no endpoint, on the ports held for
+// it, and stops them when serve ends.
+type referenceLauncher struct {
+	o           serveOptions
+	exe, secret string
+	simulateArg string
+	procs       int // each worker's GOMAXPROCS (0: the runtime's)
+	ports       *localPorts
+	workers     []*launch.Supervisor
+}
+
+var _ wiring.Launcher = (*referenceLauncher)(nil)
+
+// Launch starts replica rep's worker and waits until it is healthy.
+func (l *referenceLauncher) Launch(ctx context.Context, rep wiring.Replica) (wiring.Address, error) {
+	o := l.o
+	s, i, r := rep.Stage, rep.Index, rep.Config()
+	// omnipd starts this instance: a reference worker, on the ports held
+	// for it.
+	spec := launch.Spec{Name: fmt.Sprintf("%s-%d", rep.Pool, i), Secret: l.secret, Procs: l.procs}
+	held := l.ports.take(s.ID, i)
+	spec.Listener = held.httpLn
+	if held.kv != 0 {
+		r.KVPort = held.kv
+		if s.KV.Role == topology.KVProducer || s.KV.Role == topology.KVBoth {
+			spec.KVListener = held.kvLn
+		} else {
+			held.kvLn.Close() // a kv_consumer opens no side channel
+		}
+	}
+	where := ""
+	if s.ModelStage == "thinker" {
+		var err error
+		if spec.KVTransferConfig, err = wiring.WorkerKVConfig(s, r); err != nil {
+			return wiring.Address{}, err
+		}
+		if o.access.maxModelLen > 0 {
+			spec.Args = []string{"--max-model-len", strconv.Itoa(o.access.maxModelLen)}
+		}
+		if o.checkpoint != "" {
+			spec.Args = append(spec.Args, "--model", o.checkpoint)
+		}
+		// The client's model names the legs too: the worker must
+		// answer to the name serve answers to.
+		spec.Args = append(spec.Args, "--served-model-name", o.model)
+		spec.Args = append(spec.Args, kvCacheArgs(s)...)
+		spec.Args = append(spec.Args, o.access.media.args()...)
+		spec.Args = append(spec.Args, "--max-request-body-size-mb", strconv.FormatInt(legBodyMB(o.access.maxBody), 10))
+		if s.EC != nil {
+			// The encoder and the prefill of E/P/D.
+			if s.EC.Connector != worker.ReferenceECConnector {
+				return wiring.Address{}, fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.EC.Connector, worker.ReferenceECConnector)
+			}
+			ec, err := launch.ECTransferJSON(s, r)
+			if err != nil {
+				return wiring.Address{}, err
+			}
+			spec.Args = append(spec.Args, "--ec-transfer-config", ec)
+		}
+		if r.KVPort != 0 {
+			where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
+		}
+	} else {
+		spec.Args = []string{"--stage", s.ModelStage}
+	}
+	if l.simulateArg != "" {
+		spec.Args = append(spec.Args, "--simulate", l.simulateArg)
+	}
+	if o.debugAddr != "" {
+		spec.Args = append(spec.Args, "--debug-addr", childDebugAddr(o.debugAddr))
+	}
+	fmt.Fprintf(o.out, "stage %d (%s): starting reference worker %s%s\n", s.ID, rep.Pool, spec.Name, where)
+	w, err := launch.Supervise(l.exe, spec, o.workerLog, func(line string) { fmt.Fprintln(o.out, line) })
+	if err != nil {
+		return wiring.Address{}, err
+	}
+	l.workers = append(l.workers, w)
+	readyCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = w.WaitHealthy(readyCtx)
+	cancel()
+	if err != nil {
+		return wiring.Address{}, err
+	}
+	fmt.Fprintf(o.out, "stage %d (%s): %s ready at %s\n", s.ID, rep.Pool, spec.Name, w.URL())
+	return wiring.Address{URL: w.URL(), KVPort: r.KVPort}, nil
+}
+
+// stop stops every worker started.
+func (l *referenceLauncher) stop() {
+	for _, w := range l.workers {
+		if err := w.Stop(10 * time.Second); err != nil {
+			l.o.log.Warn("stopping worker", "err", err)
+		}
+	}
 }
 
 // noneIsNegative maps a flag's 0 ("no bound") to the server configs'
@@ -507,41 +463,6 @@ func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logge
 	}
 }
 
-// thinkerPeer is what the KV contract needs to know of one Thinker
-// instance at base URL url.
-func thinkerPeer(s *deploy.Stage, r topology.Replica, url string) kvconnector.Peer {
-	p := kvconnector.Peer{
-		EngineID:   r.EngineID,
-		KVHost:     kvHost(s),
-		KVPort:     r.KVPort,
-		HTTPAddr:   strings.TrimPrefix(url, "http://"),
-		TP:         s.TensorParallelSize,
-		NotifyPort: deploy.NotifyPort(s, r),
-		// vLLM names rank k's engine <engine_id>_dp<k>; the orchestrator pins
-		// both legs of a handoff to ranks when DP > 1.
-		DP: s.DataParallelSize,
-	}
-	if r.Endpoint != "" && p.KVPort == 0 && s.KV != nil && listensOnKVPort(s) {
-		// An engine omnipd did not start, whose config here names no port,
-		// listens on its own default: the handoff must name that, not 0.
-		p.KVPort, p.NotifyPort = kvconnector.EngineDefaultPorts(s.KV.Connector)
-	}
-	return p
-}
-
-// listensOnKVPort reports whether an engine of stage s listens on a side
-// channel port of its connector's (kvconnector.EngineDefaultPorts). Every
-// role does but the kv_consumer of a connector whose decode does not
-// listen (kvconnector.Ports.Listens: Mooncake's, whose producer alone runs
-// the bootstrap server): the decode is told the prefill's.
-func listensOnKVPort(s *deploy.Stage) bool {
-	if s.KV == nil || s.KV.Role != "kv_consumer" {
-		return true
-	}
-	spec, ok := kvconnector.SpecOf(s.KV.Connector)
-	return !ok || spec.Ports.Listens.Has(kvconnector.DecodeSide)
-}
-
 // legBodyMB is the body cap, in MiB rounded up, of the workers serve
 // starts for a client cap of clientMax bytes: room for any leg serve sends
 // for a body within it (openai.MaxLegBodyBytes).
@@ -552,83 +473,11 @@ func legBodyMB(clientMax int64) int64 {
 // kvHost is the address a stage's KV side channels listen on.
 func kvHost(s *deploy.Stage) string { return deploy.KVHost(s) }
 
-// omniConfig reads the audio stages' settings from the deploy config: the
-// Thinker layer the Talker reads, the Talker's sampling defaults, and the
-// codec chunking from the stage connector that feeds Code2Wav, as vllm-omni
-// reads them.
-func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool, secret string) *orchestrator.Omni {
-	om := &orchestrator.Omni{Talker: talkerPool, Code2Wav: c2wPool, ConditioningLayer: referenceConditioningLayer, AsyncChunk: doc.StreamsConditioning()}
-	for _, s := range doc.Stages {
-		switch s.ModelStage {
-		case "thinker":
-			if l, ok := num(s.EngineArgs, "accept_hidden_layer"); ok {
-				om.ConditioningLayer = int(l)
-			}
-		case "talker":
-			if t, ok := num(s.DefaultSamplingParams, "temperature"); ok {
-				om.Temperature = t
-			}
-			if k, ok := num(s.DefaultSamplingParams, "top_k"); ok {
-				om.TopK = int(k)
-			}
-			if m, ok := num(s.DefaultSamplingParams, "max_tokens"); ok {
-				om.MaxFrames = int(m)
-			}
-		case "code2wav":
-			for _, in := range s.InputConnectors {
-				for _, c := range doc.Connectors {
-					if c.Name != in.Name || c.Extra == nil {
-						continue
-					}
-					if v, ok := num(c.Extra, "initial_codec_chunk_frames"); ok {
-						om.Chunking.Initial = int(v)
-					}
-					if v, ok := num(c.Extra, "codec_chunk_frames"); ok {
-						om.Chunking.Size = int(v)
-					}
-					if v, ok := num(c.Extra, "codec_left_context_frames"); ok {
-						om.Chunking.LeftContext = int(v)
-					}
-				}
-			}
-		}
-	}
-	return om
-}
-
-// referenceConditioningLayer is the hidden layer the reference Talker reads
-// when the config names none: the middle of the reference Thinker's four.
-const referenceConditioningLayer = 2
-
 func pathName(c kvconnector.Contract) string {
 	if c == nil {
 		return "Thinker colocated"
 	}
 	return "prefill/decode over " + c.Name()
-}
-
-// workerKVConfig is one reference worker's --kv-transfer-config: the
-// stage's config with the replica's engine id and port.
-func workerKVConfig(s *deploy.Stage, r topology.Replica) (string, error) {
-	if s.KV == nil {
-		return "", nil
-	}
-	if spec, ok := kvconnector.SpecOf(s.KV.Connector); !ok || spec.VLLM {
-		return "", fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.KV.Connector, deploy.DefaultKVConnector)
-	}
-	m := map[string]any{"kv_connector": s.KV.Connector, "kv_role": s.KV.Role, "engine_id": r.EngineID, "kv_ip": s.KV.IP, "kv_port": r.KVPort}
-	if s.KV.LoadFailurePolicy != "" {
-		m["kv_load_failure_policy"] = s.KV.LoadFailurePolicy
-	}
-	if s.KV.ExtraConfig != nil {
-		raw, err := s.KV.ExtraConfig.MarshalJSON()
-		if err != nil {
-			return "", err
-		}
-		m["kv_connector_extra_config"] = json.RawMessage(raw)
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
 }
 
 func newSecret() (string, error) {

@@ -7,6 +7,10 @@
 // in-flight gauges, goroutines — and switches that kill a worker the way a
 // crash does, so fault tests drive the deployment only through its public
 // HTTP API and then check that nothing was left over.
+//
+// A deployment is a deploy config (DeployConfig) wired by package wiring,
+// as omnipd serve wires one: the testbed only starts the workers, in
+// process, where serve would start reference worker processes.
 package testbed
 
 import (
@@ -30,11 +34,12 @@ import (
 	"github.com/omnipd/omnipd/engine/model"
 	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/engine/tokenizer"
-	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
 	"github.com/omnipd/omnipd/server"
-	"github.com/omnipd/omnipd/stageclient"
+	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/wiring"
 	"github.com/omnipd/omnipd/worker"
 )
 
@@ -188,9 +193,8 @@ func thinkerModel() (*model.Model, *tokenizer.Tokenizer) {
 	return thinker, tok
 }
 
-// Start builds and starts a deployment; everything stops when t ends.
-func Start(t testing.TB, opts Options) *Deployment {
-	t.Helper()
+// withDefaults is opts with every unset field at its default.
+func withDefaults(opts Options) Options {
 	if opts.Handshake == "" {
 		opts.Handshake = worker.HandshakePull
 	}
@@ -215,6 +219,13 @@ func Start(t testing.TB, opts Options) *Deployment {
 	if opts.NumBlocks <= 0 {
 		opts.NumBlocks = 1024
 	}
+	return opts
+}
+
+// Start builds and starts a deployment; everything stops when t ends.
+func Start(t testing.TB, opts Options) *Deployment {
+	t.Helper()
+	opts = withDefaults(opts)
 	lg := opts.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -229,79 +240,29 @@ func Start(t testing.TB, opts Options) *Deployment {
 	}
 	t.Cleanup(d.stop)
 
-	// The probe's logs go where the deployment's do.
-	prefillPool := &orchestrator.Pool{Name: "prefill", Logger: lg}
-	decodePool := &orchestrator.Pool{Name: "decode", Logger: lg}
-	decodeRole := "kv_consumer"
-	if opts.Colocated {
-		decodePool.Name, decodeRole = "thinker", ""
-	}
-	var encoderPool *orchestrator.Pool
-	if opts.Encoders > 0 {
-		encoderPool = &orchestrator.Pool{Name: "encoder", Logger: lg}
-		for i := range opts.Encoders {
-			w := d.startThinker(t, fmt.Sprintf("encoder-%d", i), worker.ECProducer, opts, lg)
-			d.Encoder = append(d.Encoder, w)
-			encoderPool.Instances = append(encoderPool.Instances, d.instance(t, w))
-		}
-	}
-	for i := range opts.Prefills {
-		w := d.startThinker(t, fmt.Sprintf("prefill-%d", i), "kv_producer", opts, lg)
-		d.Prefill = append(d.Prefill, w)
-		prefillPool.Instances = append(prefillPool.Instances, d.instance(t, w))
-	}
-	for i := range opts.Decodes {
-		name := fmt.Sprintf("decode-%d", i)
-		if opts.Colocated {
-			name = fmt.Sprintf("thinker-%d", i)
-		}
-		w := d.startThinker(t, name, decodeRole, opts, lg)
-		d.Decode = append(d.Decode, w)
-		decodePool.Instances = append(decodePool.Instances, d.instance(t, w))
-	}
-	ocfg := orchestrator.Config{
-		Decode:         decodePool,
-		PrefillRetries: opts.PrefillRetries, PrefillTimeout: opts.PrefillTimeout, StageIdleTimeout: opts.StageIdleTimeout,
-		Metrics: d.metrics, Logger: lg,
-	}
-	d.pools = []*orchestrator.Pool{decodePool}
-	if !opts.Colocated {
-		contract, err := kvconnector.NewRegistry().Lookup(kvconnector.ReferenceConnector, map[string]any{"handshake": opts.Handshake})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ocfg.Prefill, ocfg.Contract = prefillPool, contract
-		d.pools = append(d.pools, prefillPool)
-		if encoderPool != nil {
-			ocfg.Encoder = encoderPool
-			d.pools = append(d.pools, encoderPool)
-		}
-	}
-	if opts.Omni {
-		talkers := &orchestrator.Pool{Name: "talker", Logger: lg}
-		for i := range opts.Talkers {
-			s := d.startStage(t, fmt.Sprintf("talker-%d", i), worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, lg))
-			d.Talkers = append(d.Talkers, s)
-			talkers.Instances = append(talkers.Instances, &orchestrator.Instance{Client: d.client(t, s.HTTP.URL())})
-		}
-		code2wavs := &orchestrator.Pool{Name: "code2wav", Logger: lg}
-		for i := range opts.Code2Wavs {
-			s := d.startStage(t, fmt.Sprintf("code2wav-%d", i), worker.NewCode2Wav(code2wav.Default(), secret, lg))
-			d.Code2Wavs = append(d.Code2Wavs, s)
-			code2wavs.Instances = append(code2wavs.Instances, &orchestrator.Instance{Client: d.client(t, s.HTTP.URL())})
-		}
-		d.Talker, d.Code2Wav = d.Talkers[0], d.Code2Wavs[0]
-		ocfg.Omni = &orchestrator.Omni{
-			Talker: talkers, Code2Wav: code2wavs,
-			// The reference Thinker's middle layer, as omnipd serve uses.
-			ConditioningLayer: 2, Temperature: 0.9, TopK: 50, AsyncChunk: opts.AsyncChunk,
-		}
-	}
-	orch, err := orchestrator.New(ocfg)
+	doc, err := loadDeployConfig(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := server.New(server.Config{Orchestrator: orch, ModelName: ModelName, MaxBodyBytes: opts.MaxBodyBytes, Metrics: d.metrics, Logger: lg})
+	rt, err := wiring.Build(context.Background(), doc, wiring.Options{
+		Secret:   secret,
+		Launcher: wiring.LauncherFunc(func(_ context.Context, r wiring.Replica) (wiring.Address, error) { return d.launch(t, r, opts, lg) }),
+		HTTP:     d.stageHTTP, PoolName: poolName,
+		StageIdleTimeout: opts.StageIdleTimeout, PrefillTimeout: opts.PrefillTimeout,
+		Metrics: d.metrics, Logger: lg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range doc.Stages {
+		if s.ModelStage == "thinker" {
+			d.pools = append(d.pools, rt.Pools[i])
+		}
+	}
+	if opts.Omni {
+		d.Talker, d.Code2Wav = d.Talkers[0], d.Code2Wavs[0]
+	}
+	api := server.New(server.Config{Orchestrator: rt.Orchestrator, ModelName: ModelName, MaxBodyBytes: opts.MaxBodyBytes, Metrics: d.metrics, Logger: lg})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -314,27 +275,59 @@ func Start(t testing.TB, opts Options) *Deployment {
 	return d
 }
 
-func (d *Deployment) client(t testing.TB, url string) *stageclient.Client {
+// launch starts the in-process worker of replica r: a Thinker, with the
+// KV and encoder-output transfer its stage's config gives it, or a Talker
+// or Code2Wav.
+func (d *Deployment) launch(t testing.TB, r wiring.Replica, opts Options, lg *slog.Logger) (wiring.Address, error) {
 	t.Helper()
-	c, err := stageclient.New(stageclient.Config{BaseURL: url, HTTP: d.stageHTTP, Secret: secret})
+	s, name := r.Stage, fmt.Sprintf("%s-%d", r.Pool, r.Index)
+	switch s.ModelStage {
+	case "talker":
+		st := d.startStage(t, name, worker.NewTalker(talker.Default(), talker.DefaultSegmenter(), secret, lg))
+		d.Talkers = append(d.Talkers, st)
+		return wiring.Address{URL: st.HTTP.URL()}, nil
+	case "code2wav":
+		st := d.startStage(t, name, worker.NewCode2Wav(code2wav.Default(), secret, lg))
+		d.Code2Wavs = append(d.Code2Wavs, st)
+		return wiring.Address{URL: st.HTTP.URL()}, nil
+	}
+	replica := r.Config()
+	replica.KVPort = 0 // any free port: tests run side by side
+	kv, err := wiring.WorkerKVConfig(s, replica)
 	if err != nil {
-		t.Fatal(err)
+		return wiring.Address{}, err
 	}
-	return c
-}
-
-func (d *Deployment) instance(t testing.TB, w *Worker) *orchestrator.Instance {
-	t.Helper()
-	peer := kvconnector.Peer{EngineID: w.Name, HTTPAddr: w.HTTP.Addr(), TP: 1}
+	ec, err := launch.ECTransferJSON(s, replica)
+	if err != nil {
+		return wiring.Address{}, err
+	}
+	wcfg := worker.Config{Secret: secret, Logger: lg}
+	if wcfg.KV, err = worker.ParseKVTransferConfig(kv); err != nil {
+		return wiring.Address{}, fmt.Errorf("stage %d: %w", s.ID, err)
+	}
+	if wcfg.EC, err = worker.ParseECTransferConfig(ec); err != nil {
+		return wiring.Address{}, fmt.Errorf("stage %d: %w", s.ID, err)
+	}
+	w := d.startThinker(t, name, wcfg, opts, lg)
+	switch s.Role {
+	case topology.RoleEncoder:
+		d.Encoder = append(d.Encoder, w)
+	case topology.RolePrefill:
+		d.Prefill = append(d.Prefill, w)
+	default:
+		d.Decode = append(d.Decode, w)
+	}
+	addr := wiring.Address{URL: w.HTTP.URL()}
 	if w.KV != nil {
-		host, port, _ := net.SplitHostPort(w.KV.Addr())
-		peer.KVHost = host
-		peer.KVPort, _ = strconv.Atoi(port)
+		_, port, _ := net.SplitHostPort(w.KV.Addr())
+		addr.KVPort, _ = strconv.Atoi(port)
 	}
-	return &orchestrator.Instance{Client: d.client(t, w.HTTP.URL()), Peer: peer}
+	return addr, nil
 }
 
-func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options, lg *slog.Logger) *Worker {
+// startThinker starts a Thinker worker of configuration wcfg (its engine
+// aside) behind proxies.
+func (d *Deployment) startThinker(t testing.TB, name string, wcfg worker.Config, opts Options, lg *slog.Logger) *Worker {
 	t.Helper()
 	m, tk := thinkerModel()
 	eng, err := engine.New(m, tk, engine.Config{NumBlocks: opts.NumBlocks, Logger: lg})
@@ -344,23 +337,7 @@ func (d *Deployment) startThinker(t testing.TB, name, role string, opts Options,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
-	wcfg := worker.Config{Engine: eng, Secret: secret, Logger: lg}
-	switch role {
-	case "":
-		// A colocated Thinker: no KV connector, no encoder outputs.
-	case worker.ECProducer:
-		// An encoder: no KV, and the encoder outputs it keeps.
-		wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECProducer}
-	default:
-		if wcfg.KV, err = worker.ParseKVTransferConfig(fmt.Sprintf(`{"kv_connector":%q,"kv_role":%q,"engine_id":%q,
-		"kv_ip":"127.0.0.1","kv_port":0,"kv_connector_extra_config":{"handshake":%q,"lease_seconds":%g,"shared_memory":%t}}`,
-			worker.ReferenceConnector, role, name, opts.Handshake, opts.LeaseSeconds, !opts.NoSharedMemory)); err != nil {
-			t.Fatal(err)
-		}
-		if role == "kv_producer" && opts.Encoders > 0 {
-			wcfg.EC = &worker.ECTransferConfig{Connector: worker.ReferenceECConnector, Role: worker.ECConsumer}
-		}
-	}
+	wcfg.Engine = eng
 	srv, err := worker.New(wcfg)
 	if err != nil {
 		cancel()

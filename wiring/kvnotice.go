@@ -1,4 +1,4 @@
-package cli
+package wiring
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // producer pushes out of band (LMCache PD: ProxyNotif over ZMQ PUSH to the
 // sender's pd_proxy_host:pd_proxy_port, given as the "lmcache."-prefixed
 // overrides of its kv_connector_extra_config). Nil, nil when the contract
-// sends none. serve must listen there: an undrained PUSH socket blocks the
+// sends none. omnipd must listen there: an undrained PUSH socket blocks the
 // sender once its high-water mark fills, and the decode must wait for the
 // notices.
 func listenKVNotices(ctx context.Context, c kvconnector.Contract, extra map[string]any, log *slog.Logger) (orchestrator.KVReady, error) {

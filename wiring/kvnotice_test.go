@@ -1,4 +1,4 @@
-package cli
+package wiring
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/omnipd/omnipd/kvconnector"
 )
 
-// serve refuses LMCache PD mode with nowhere to receive the sender's done
+// The wiring refuses LMCache PD mode with nowhere to receive the sender's done
 // notices (the decode would never be sent), and starts nothing for
 // storage mode.
 func TestListenKVNotices(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine/audioproc"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/reference/engine/audioproc"
 )
 
 func TestParseBucketConfig(t *testing.T) {

@@ -132,7 +132,7 @@ type ECConfig struct {
 	Connector string
 	Role      string
 	// EngineID is the config's engine_id; instances take their replica's
-	// engine id when this is empty (see ECTransferJSON in package launch).
+	// engine id when this is empty (see ECTransferJSON in package vllmplan).
 	EngineID string
 	// ExtraConfig is ec_connector_extra_config.
 	ExtraConfig *Node

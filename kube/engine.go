@@ -7,8 +7,8 @@ import (
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/vllmplan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -155,15 +155,15 @@ func newEngineRole(doc *deploy.Document, s *deploy.Stage, opts Options, worker *
 	}
 	r.ecStore, _ = deploy.ECSharedStorage(s)
 	var (
-		cmd     launch.VLLMCommand
+		cmd     vllmplan.VLLMCommand
 		err     error
 		program = 2 // vllm serve: the container's command, before its args
 	)
 	if worker != nil {
-		cmd, err = launch.StageWorkerInstance(doc, s, 0, tmpl, EnginePort, opts.stageWorkerOptions())
+		cmd, err = vllmplan.StageWorkerInstance(doc, s, 0, tmpl, EnginePort, opts.stageWorkerOptions())
 		program = 3 // python3 -m omnipd_stage
 	} else {
-		cmd, err = launch.VLLMInstance(s, 0, tmpl, EnginePort, launch.VLLMOptions{
+		cmd, err = vllmplan.VLLMInstance(s, 0, tmpl, EnginePort, vllmplan.VLLMOptions{
 			Model:           opts.Model,
 			Host:            "0.0.0.0",
 			ServedModelName: opts.ServedModelName,

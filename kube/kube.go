@@ -24,9 +24,9 @@ import (
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
+	"github.com/omnipd/omnipd/vllmplan"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -89,10 +89,10 @@ type Options struct {
 	// vllmomnistage.Files(), the ones this omnipd embeds).
 	WorkerFiles []vllmomnistage.File
 	// ConditioningLayer is the Thinker layer the Talker reads, as
-	// launch.VLLMOptions.ConditioningLayer (default there).
+	// vllmplan.VLLMOptions.ConditioningLayer (default there).
 	ConditioningLayer int
 	// Model is the checkpoint every engine serves (default
-	// launch.DefaultVLLMModel).
+	// vllmplan.DefaultVLLMModel).
 	Model string
 	// ServedModelName is the model name the engines and omnipd accept
 	// (default Model).
@@ -118,7 +118,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.StageImage = DefaultStageImage
 	}
 	if o.Model == "" {
-		o.Model = launch.DefaultVLLMModel
+		o.Model = vllmplan.DefaultVLLMModel
 	}
 	if o.ServedModelName == "" {
 		o.ServedModelName = o.Model
@@ -148,7 +148,7 @@ var ErrNotRenderable = errors.New("cannot render for Kubernetes")
 // apply them: the ConfigMaps, the Services, the engine workloads, the
 // orchestrator Deployment.
 //
-// What launch.PlanVLLM refuses is refused, with its advice. With
+// What vllmplan.PlanVLLM refuses is refused, with its advice. With
 // WorkloadDisaggregatedSet the Thinker must be split into prefill and
 // decode (a pd: section or --pd); the Talker and Code2Wav, which are no
 // role of the pair, are Deployments either way.
@@ -159,11 +159,11 @@ func Render(doc *deploy.Document, opts Options) ([]Object, error) {
 	}
 	// The vllm plan refuses what its engines cannot run; the same topology
 	// cannot run on Kubernetes either.
-	if _, err := launch.PlanVLLM(doc, opts.planOptions(doc)); err != nil {
+	if _, err := vllmplan.PlanVLLM(doc, opts.planOptions(doc)); err != nil {
 		return nil, err
 	}
 	var worker *stageWorker
-	if launch.NeedsStageWorkers(doc) {
+	if vllmplan.NeedsStageWorkers(doc) {
 		if worker, err = newStageWorker(doc, opts); err != nil {
 			return nil, err
 		}
@@ -175,7 +175,7 @@ func Render(doc *deploy.Document, opts Options) ([]Object, error) {
 	served := doc
 	if worker != nil {
 		// omnipd asks the Thinker pods for the layer they capture.
-		served = launch.WithConditioningLayer(doc, launch.ConditioningLayer(doc, opts.stageWorkerOptions()))
+		served = vllmplan.WithConditioningLayer(doc, vllmplan.ConditioningLayer(doc, opts.stageWorkerOptions()))
 	}
 	cfg, err := omnipdConfig(served, roles)
 	if err != nil {
@@ -222,7 +222,7 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := launch.PlanVLLM(doc, opts.planOptions(doc))
+	plan, err := vllmplan.PlanVLLM(doc, opts.planOptions(doc))
 	if err != nil {
 		return nil, err
 	}
@@ -251,16 +251,16 @@ func Notes(doc *deploy.Document, opts Options) ([]string, error) {
 	return notes, nil
 }
 
-func (o Options) vllm() launch.VLLMOptions {
-	return launch.VLLMOptions{
+func (o Options) vllm() vllmplan.VLLMOptions {
+	return vllmplan.VLLMOptions{
 		Model:           o.Model,
 		ServedModelName: o.ServedModelName,
 	}
 }
 
 // planOptions are the vllm plan's options for doc's engines in their pods.
-func (o Options) planOptions(doc *deploy.Document) launch.VLLMOptions {
-	if launch.NeedsStageWorkers(doc) {
+func (o Options) planOptions(doc *deploy.Document) vllmplan.VLLMOptions {
+	if vllmplan.NeedsStageWorkers(doc) {
 		return o.stageWorkerOptions()
 	}
 	return o.vllm()

@@ -16,8 +16,8 @@ import (
 
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kube"
-	"github.com/omnipd/omnipd/launch"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
+	"github.com/omnipd/omnipd/vllmplan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -224,7 +224,7 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 			}
 		}
 	}
-	workers := launch.NeedsStageWorkers(doc)
+	workers := vllmplan.NeedsStageWorkers(doc)
 	if wantCM := map[bool]int{false: 1, true: 3}[workers]; len(r.configMaps) != wantCM {
 		t.Fatalf("%d ConfigMaps, want %d", len(r.configMaps), wantCM)
 	}
@@ -273,12 +273,12 @@ func checkWiring(t *testing.T, doc *deploy.Document, opts kube.Options, objs []k
 	if err != nil {
 		t.Fatalf("the ConfigMap's omnipd config does not load: %v", err)
 	}
-	vopts := launch.VLLMOptions{Model: opts.Model, ServedModelName: opts.ServedModelName}
+	vopts := vllmplan.VLLMOptions{Model: opts.Model, ServedModelName: opts.ServedModelName}
 	if workers {
 		vopts.StageWorkerDir = kube.StageWorkerDir
 		vopts.StageDeployConfig = path.Join(kube.StageConfigDir, kube.StageConfigKey)
 	}
-	plan, err := launch.PlanVLLM(doc, vopts)
+	plan, err := vllmplan.PlanVLLM(doc, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func checkStageWorkerPod(t *testing.T, doc *deploy.Document, opts kube.Options, 
 	}
 	cfgPath := c.Args[slices.Index(c.Args, "--deploy-config")+1]
 	cfgMap := mounted[path.Dir(cfgPath)]
-	wantCfg, err := launch.StageDeployConfig(doc)
+	wantCfg, err := vllmplan.StageDeployConfig(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,9 +441,9 @@ func podCount(r rendered, pod corev1.PodTemplateSpec) int {
 // command for the stage's first replica: the same arguments apart from the
 // listening address and the replica's engine id and KV port, and the same
 // environment apart from devices and per-pod values.
-func checkEngine(t *testing.T, stage, cfgStage *deploy.Stage, pod corev1.PodTemplateSpec, plan *launch.VLLMPlan) {
+func checkEngine(t *testing.T, stage, cfgStage *deploy.Stage, pod corev1.PodTemplateSpec, plan *vllmplan.VLLMPlan) {
 	t.Helper()
-	var cmd *launch.VLLMCommand
+	var cmd *vllmplan.VLLMCommand
 	for i := range plan.Commands {
 		if plan.Commands[i].Stage == stage.ID && plan.Commands[i].Replica == 0 {
 			cmd = &plan.Commands[i]
@@ -628,7 +628,7 @@ func TestRenderRefusesTalkerWithEncoder(t *testing.T) {
 	}
 	doc := load(t, cfg, deploy.Options{})
 	_, err = kube.Render(doc, kube.Options{})
-	_, vllmErr := launch.PlanVLLM(doc, launch.VLLMOptions{})
+	_, vllmErr := vllmplan.PlanVLLM(doc, vllmplan.VLLMOptions{})
 	if err == nil || vllmErr == nil || err.Error() != vllmErr.Error() {
 		t.Errorf("Render: %v; want the vllm target's refusal, %v", err, vllmErr)
 	}

@@ -7,14 +7,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/omnipd/omnipd/deploy"
-	"github.com/omnipd/omnipd/launch"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
+	"github.com/omnipd/omnipd/vllmplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // A pipeline with a Talker runs every stage on omnipd's vllm-omni stage
-// worker (launch.StageWorkerInstance), in the vllm-omni image: the worker's
+// worker (vllmplan.StageWorkerInstance), in the vllm-omni image: the worker's
 // Python package comes from a ConfigMap mounted on its PYTHONPATH, the
 // vllm-omni deploy config it reads from another.
 
@@ -55,7 +55,7 @@ type stageWorker struct {
 }
 
 func newStageWorker(doc *deploy.Document, o Options) (*stageWorker, error) {
-	cfg, err := launch.StageDeployConfig(doc)
+	cfg, err := vllmplan.StageDeployConfig(doc)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (w *stageWorker) volumes(o Options) []corev1.Volume {
 }
 
 // stageWorkerOptions are the vllm options of a stage worker pod.
-func (o Options) stageWorkerOptions() launch.VLLMOptions {
+func (o Options) stageWorkerOptions() vllmplan.VLLMOptions {
 	v := o.vllm()
 	v.Host = "0.0.0.0"
 	v.StageWorkerDir = StageWorkerDir

@@ -13,7 +13,7 @@ import (
 type pullShape int
 
 const (
-	// shapeReference: omnipd's reference worker (worker/kv.go), which keys
+	// shapeReference: omnipd's reference worker (reference/worker/kv.go), which keys
 	// a pull by X-Request-Id and says so in remote_request_id.
 	shapeReference pullShape = iota
 	// shapeVLLM: vLLM's NixlConnector since remote_request_id (NIXL

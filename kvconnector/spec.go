@@ -5,7 +5,7 @@ package kvconnector
 // each side takes, which side listens on which port and where the engine
 // reads it, the environment vllm serve needs, which parallelism omnipd can
 // route, and what a decode sent alone does. topology validates against it,
-// deploy expands PD from it, launch and kube render engines from it and
+// deploy expands PD from it, vllmplan and kube render engines from it and
 // serve builds its handoff peers from it; none of them keeps a list of
 // connector names. Adding a connector is one Spec (and, for a KV
 // connector, one Factory) in one file of this package, listed in builtins.

@@ -1,7 +1,8 @@
 // Package launch starts omnipd's reference workers as child processes on
 // loopback and stops them again: no child outlives omnipd, whether it exits
 // cleanly, fails to start, or is killed (the kernel signals the children of
-// a dead parent on Linux).
+// a dead parent on Linux). The plans that start vllm serve instances and
+// vllm-omni stage workers instead are package vllmplan's.
 package launch
 
 import (

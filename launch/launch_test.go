@@ -18,9 +18,6 @@ import (
 var omnipdBin string
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("OMNIPD_FAKE_VLLM"); mode != "" {
-		os.Exit(fakeVLLM(mode, os.Args[1:]))
-	}
 	dir, err := os.MkdirTemp("", "omnipd-launch")
 	if err != nil {
 		panic(err)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine/audioproc"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/reference/engine/audioproc"
 )
 
 // The input_audio formats a request may declare are the ones the reference

@@ -71,7 +71,7 @@ type MediaItem struct {
 // OpenAI's InputAudio type (Literal["wav", "mp3"], openai-python
 // src/openai/types/chat/chat_completion_content_part_input_audio_param.py
 // at f20a9a18), which are also the containers the reference engine decodes
-// (engine/audioproc). vLLM passes any format on to its audio loader.
+// (reference/engine/audioproc). vLLM passes any format on to its audio loader.
 func InputAudioFormats() []string { return slices.Clone(inputAudio) }
 
 var inputAudio = []string{"wav", "mp3"}

@@ -150,7 +150,7 @@ phase "fuzz the generic JSON decoder against encoding/json ($FUZZTIME)"
 fuzz ./openai FuzzGenericValue
 
 phase "fuzz the KV ticket parser ($FUZZTIME)"
-fuzz ./kvtransfer FuzzParseTicket
+fuzz ./reference/kvtransfer FuzzParseTicket
 
 phase ""
 echo "== all passed in $((SECONDS - suite_start))s"

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/stageconn"
-	"github.com/omnipd/omnipd/worker"
 )
 
 func asyncChunk(c *orchestrator.Config) { c.Omni.AsyncChunk = true }
@@ -253,7 +253,7 @@ func talkerCounter(t *testing.T, talkerURL, name string) float64 {
 // decode leg until the Talker's first read of its stash has been answered,
 // so the Talker is ahead for certain — the stash did not exist; the wait is
 // counted on the Talker's /metrics, and the audio equals the batch path's,
-// colocated and under PD. (The unit tests of engine/talker pin the waits
+// colocated and under PD. (The unit tests of reference/engine/talker pin the waits
 // in mid-answer, row by row.)
 func TestAsyncChunkTalkerWaitsForRows(t *testing.T) {
 	keep := func(*httptest.Server) {}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/worker"
 )
 
 func ecConfig(role string) func(*worker.Config) {

@@ -59,10 +59,10 @@ func testPNG(t *testing.T, w, h int) []byte {
 }
 
 // testAVI is the Motion-JPEG AVI with 16-bit PCM audio ffmpeg made for the
-// vision processor's tests (engine/visionproc/testdata/README.md).
+// vision processor's tests (reference/engine/visionproc/testdata/README.md).
 func testAVI(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../engine/visionproc/testdata/mjpeg_pcm_64x48_8f.avi")
+	b, err := os.ReadFile("../reference/engine/visionproc/testdata/mjpeg_pcm_64x48_8f.avi")
 	if err != nil {
 		t.Fatal(err)
 	}

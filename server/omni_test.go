@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/audio"
-	"github.com/omnipd/omnipd/engine/code2wav"
-	"github.com/omnipd/omnipd/engine/talker"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/engine/code2wav"
+	"github.com/omnipd/omnipd/reference/engine/talker"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/worker"
 )
 
 type omniDeployment struct {

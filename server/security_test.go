@@ -15,12 +15,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/worker"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )

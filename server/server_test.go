@@ -16,14 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/worker"
 )
 
 var (

@@ -6,9 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/omnipd/omnipd/eccache"
+	"github.com/omnipd/omnipd/reference/eccache"
+	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/stageapi"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // storeWorker serves a conditioning store and an encoder cache at their

@@ -18,17 +18,18 @@ const module = "github.com/omnipd/omnipd/"
 func TestImportsPointDown(t *testing.T) {
 	rules := []struct {
 		pkg    string
-		tree   bool     // the packages below pkg too (engine/kvcache, ...)
+		tree   bool     // the packages below pkg too (reference/engine/kvcache, ...)
 		banned []string // import paths below module; "" bans every package of ours
 	}{
 		{"topology", false, []string{""}},
 		{"kvconnector", false, []string{""}},
 		{"openai", false, []string{""}},
 		{"stageapi", false, []string{""}},
-		{"server", false, []string{"stageclient", "stageconn", "eccache", "worker", "engine", "kvtransfer", "mediafetch"}},
-		{"orchestrator", false, []string{"engine", "worker", "stageconn", "eccache", "kvtransfer", "server", "internal/cli"}},
-		{"engine", true, []string{"orchestrator", "server", "stageclient", "worker", "internal/cli"}},
-		{"worker", false, []string{"orchestrator", "server", "stageclient", "internal/cli"}},
+		{"server", false, []string{"stageclient", "reference/stageconn", "reference/eccache", "reference/worker", "reference/engine", "reference/kvtransfer", "reference/mediafetch"}},
+		{"orchestrator", false, []string{"reference/engine", "reference/worker", "reference/stageconn", "reference/eccache", "reference/kvtransfer", "server", "internal/cli"}},
+		{"reference/engine", true, []string{"orchestrator", "server", "stageclient", "reference/worker", "internal/cli"}},
+		{"reference/worker", false, []string{"orchestrator", "server", "stageclient", "internal/cli"}},
+		{"vllmplan", false, []string{"reference", "launch"}},
 	}
 	for _, r := range rules {
 		imports := ownImports(t, r.pkg, r.tree)
@@ -44,7 +45,7 @@ func TestImportsPointDown(t *testing.T) {
 
 // ownImports lists the packages of this module that pkg (and, with tree,
 // the packages below it) imports, relative to the module ("stageapi",
-// "engine/kvcache").
+// "reference/engine/kvcache").
 func ownImports(t *testing.T, pkg string, tree bool) []string {
 	t.Helper()
 	var out []string

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
 )
 
 // workerArgs is the command line of every process serve (pid) started.

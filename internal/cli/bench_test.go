@@ -22,15 +22,15 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/bench"
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/worker"
 )
 
 // benchDeployment is omnipd's API in front of the whole reference pipeline,

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/omnipd/omnipd/deploy"
-	"github.com/omnipd/omnipd/launch"
+	"github.com/omnipd/omnipd/vllmplan"
 	"github.com/spf13/cobra"
 )
 
@@ -99,7 +99,7 @@ the vllm-omni release, python3 with vllm_omni, and each stage's GPUs.`,
 		},
 	}
 	flags.register(cmd)
-	cmd.Flags().StringVar(&model, "model", launch.DefaultVLLMModel, "checkpoint the stage workers serve (as plan --model), for what a deployment still needs")
+	cmd.Flags().StringVar(&model, "model", vllmplan.DefaultVLLMModel, "checkpoint the stage workers serve (as plan --model), for what a deployment still needs")
 	return cmd
 }
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/omnipd/omnipd/launch"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
+	"github.com/omnipd/omnipd/vllmplan"
 )
 
 // validate reports every independent mistake of a config in one run, each
@@ -92,14 +92,14 @@ stages:
 // stage. A config omnipd serves on its own workers says none of it.
 func TestValidateNamesWhatAStageWorkerDeploymentNeeds(t *testing.T) {
 	var script, errOut strings.Builder
-	if err := runPlan(fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: "NixlConnector"}, launch.VLLMOptions{}, &script, &errOut); err != nil {
+	if err := runPlan(fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: "NixlConnector"}, vllmplan.VLLMOptions{}, &script, &errOut); err != nil {
 		t.Fatalf("plan: %v\n%s", err, errOut.String())
 	}
-	planned, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	planned, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 	if !ok {
 		t.Fatal("the plan writes no config")
 	}
-	cfg := filepath.Join(t.TempDir(), launch.VLLMConfigFile)
+	cfg := filepath.Join(t.TempDir(), vllmplan.VLLMConfigFile)
 	if err := os.WriteFile(cfg, planned, 0o644); err != nil {
 		t.Fatal(err)
 	}

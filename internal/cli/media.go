@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/omnipd/omnipd/mediafetch"
 	"github.com/omnipd/omnipd/openai"
-	"github.com/omnipd/omnipd/worker"
+	"github.com/omnipd/omnipd/reference/mediafetch"
+	"github.com/omnipd/omnipd/reference/worker"
 )
 
 // mediaFlags are the reference Thinker's media input flags, named as vLLM

@@ -10,9 +10,9 @@ import (
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/internal/buildinfo"
 	"github.com/omnipd/omnipd/kube"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
 	vllmomnistage "github.com/omnipd/omnipd/vllm-omni-stage"
+	"github.com/omnipd/omnipd/vllmplan"
 	"github.com/spf13/cobra"
 )
 
@@ -26,7 +26,7 @@ func newPlanCmd() *cobra.Command {
 	var (
 		flags    configFlags
 		target   string
-		opts     launch.VLLMOptions
+		opts     vllmplan.VLLMOptions
 		kopts    kube.Options
 		workload string
 	)
@@ -96,11 +96,11 @@ The reference connector is omnipd's own; choose a vLLM connector with
 	flags.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&target, "target", targetVLLM, "what to plan for: vllm (a shell script for this host) or kubernetes (objects for kubectl apply)")
-	f.StringVar(&opts.Model, "model", launch.DefaultVLLMModel, "checkpoint every engine serves (vllm serve, or the vllm-omni stage workers of a pipeline with a Talker)")
+	f.StringVar(&opts.Model, "model", vllmplan.DefaultVLLMModel, "checkpoint every engine serves (vllm serve, or the vllm-omni stage workers of a pipeline with a Talker)")
 	f.StringVar(&opts.ServedModelName, "served-model-name", "", "model name every instance accepts (default: --model); start omnipd serve with the same")
-	f.IntVar(&opts.ConditioningLayer, "conditioning-layer", 0, fmt.Sprintf("pipelines with a Talker: the Thinker layer whose hidden states the Talker reads, which the Thinker stage workers capture and omnipd asks for (default: the Thinker stage's accept_hidden_layer, else %d, Qwen3-Omni-30B-A3B's)", launch.DefaultConditioningLayer))
-	f.StringVar(&opts.Host, "host", launch.DefaultVLLMHost, "vllm: address the instances listen on and omnipd reaches them at")
-	f.IntVar(&opts.BasePort, "base-port", launch.DefaultVLLMBasePort, "vllm: HTTP port of the first instance; one port per instance in stage order")
+	f.IntVar(&opts.ConditioningLayer, "conditioning-layer", 0, fmt.Sprintf("pipelines with a Talker: the Thinker layer whose hidden states the Talker reads, which the Thinker stage workers capture and omnipd asks for (default: the Thinker stage's accept_hidden_layer, else %d, Qwen3-Omni-30B-A3B's)", vllmplan.DefaultConditioningLayer))
+	f.StringVar(&opts.Host, "host", vllmplan.DefaultVLLMHost, "vllm: address the instances listen on and omnipd reaches them at")
+	f.IntVar(&opts.BasePort, "base-port", vllmplan.DefaultVLLMBasePort, "vllm: HTTP port of the first instance; one port per instance in stage order")
 	f.StringVar(&kopts.Namespace, "namespace", kube.DefaultNamespace, "kubernetes: namespace of every object")
 	f.StringVar(&kopts.NamePrefix, "name-prefix", kube.DefaultNamePrefix, "kubernetes: prefix of every object's name")
 	f.StringVar(&kopts.Image, "image", defaultImage(), "kubernetes: omnipd image of the orchestrator")
@@ -124,12 +124,12 @@ func imageFor(info buildinfo.Info) string {
 	return kube.DefaultImageRepository + ":" + tag
 }
 
-func runPlan(path string, flags configFlags, opts launch.VLLMOptions, stdout, stderr io.Writer) error {
+func runPlan(path string, flags configFlags, opts vllmplan.VLLMOptions, stdout, stderr io.Writer) error {
 	doc, err := loadConfig(path, flags.options(), stderr)
 	if err != nil {
 		return err
 	}
-	plan, err := launch.PlanVLLM(doc, opts)
+	plan, err := vllmplan.PlanVLLM(doc, opts)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func deploymentNeeds(doc *deploy.Document, model string) []string {
 			external = external || r.Endpoint != ""
 		}
 	}
-	if !launch.NeedsStageWorkers(doc) || !external {
+	if !vllmplan.NeedsStageWorkers(doc) || !external {
 		return nil
 	}
 	version := vllmomnistage.VLLMOmniVersion

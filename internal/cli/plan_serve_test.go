@@ -23,8 +23,8 @@ import (
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/kube"
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/vllmplan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -52,13 +52,13 @@ func TestPlanVLLMConfigIsServed(t *testing.T) {
 			flags := configFlags{pd: true, connector: connector}
 			// The instances' ports come from a free one, so that no engine of
 			// another test answers for them.
-			opts := launch.VLLMOptions{BasePort: freePort(t)}
+			opts := vllmplan.VLLMOptions{BasePort: freePort(t)}
 			if err := runPlan(fixtures+"qwen3_omni_moe_thinking.yaml", flags, opts, &script, &errOut); err != nil {
 				t.Fatalf("plan --target vllm --pd --connector %s: %v\n%s", connector, err, errOut.String())
 			}
-			cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+			cfg, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 			if !ok {
-				t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+				t.Fatalf("the plan writes no %s:\n%s", vllmplan.VLLMConfigFile, script.String())
 			}
 			wantServed(t, connector, cfg)
 		})
@@ -70,20 +70,20 @@ func TestPlanVLLMConfigIsServed(t *testing.T) {
 // through the encoder (its serving line says so) as well as the P/D pair.
 func TestPlanEPDConfigIsServed(t *testing.T) {
 	for _, c := range []struct{ config, connector string }{
-		{"../../launch/testdata/thinking_epd_nixl.yaml", kvconnector.NixlConnector},
-		{"../../launch/testdata/thinking_2e2p1d_mooncake.yaml", kvconnector.MooncakeConnector},
+		{"../../vllmplan/testdata/thinking_epd_nixl.yaml", kvconnector.NixlConnector},
+		{"../../vllmplan/testdata/thinking_2e2p1d_mooncake.yaml", kvconnector.MooncakeConnector},
 	} {
 		t.Run(filepath.Base(c.config), func(t *testing.T) {
 			var script, errOut bytes.Buffer
-			if err := runPlan(c.config, configFlags{}, launch.VLLMOptions{BasePort: freePort(t)}, &script, &errOut); err != nil {
+			if err := runPlan(c.config, configFlags{}, vllmplan.VLLMOptions{BasePort: freePort(t)}, &script, &errOut); err != nil {
 				t.Fatalf("plan --target vllm: %v\n%s", err, errOut.String())
 			}
 			if !strings.Contains(script.String(), "--ec-transfer-config") {
 				t.Fatalf("the plan starts no encoder:\n%s", script.String())
 			}
-			cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+			cfg, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 			if !ok {
-				t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+				t.Fatalf("the plan writes no %s:\n%s", vllmplan.VLLMConfigFile, script.String())
 			}
 			out := wantServed(t, c.connector, cfg)
 			if !strings.Contains(out, "encoder over ECExampleConnector") {
@@ -94,7 +94,7 @@ func TestPlanEPDConfigIsServed(t *testing.T) {
 			errOut.Reset()
 			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
 				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, Workload: kube.WorkloadDisaggregatedSet,
-				Model: launch.DefaultVLLMModel}
+				Model: vllmplan.DefaultVLLMModel}
 			if err := runPlanKube(c.config, configFlags{}, kopts, &objects, &errOut); err != nil {
 				t.Fatalf("plan --target kubernetes: %v\n%s", err, errOut.String())
 			}
@@ -122,16 +122,16 @@ func TestPlanEPDConfigIsServed(t *testing.T) {
 // config and routes each instance's ranks (Peer.DP from data_parallel_size).
 func TestPlanVLLMDataParallelNixlConfigIsServed(t *testing.T) {
 	var script, errOut bytes.Buffer
-	opts := launch.VLLMOptions{BasePort: freePort(t)}
-	if err := runPlan("../../launch/testdata/dp_nixl.yaml", configFlags{}, opts, &script, &errOut); err != nil {
+	opts := vllmplan.VLLMOptions{BasePort: freePort(t)}
+	if err := runPlan("../../vllmplan/testdata/dp_nixl.yaml", configFlags{}, opts, &script, &errOut); err != nil {
 		t.Fatalf("plan --target vllm of a DP NIXL config: %v\n%s", err, errOut.String())
 	}
 	if !strings.Contains(script.String(), "--data-parallel-size 2") {
 		t.Fatalf("the plan starts no DP instance:\n%s", script.String())
 	}
-	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	cfg, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 	if !ok {
-		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+		t.Fatalf("the plan writes no %s:\n%s", vllmplan.VLLMConfigFile, script.String())
 	}
 	wantServed(t, kvconnector.NixlConnector, cfg)
 }
@@ -150,13 +150,13 @@ func TestPlanVLLMLMCachePDConfigIsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var script, errOut bytes.Buffer
-	opts := launch.VLLMOptions{BasePort: freePort(t)}
+	opts := vllmplan.VLLMOptions{BasePort: freePort(t)}
 	if err := runPlan(deployCfg, configFlags{pd: true}, opts, &script, &errOut); err != nil {
 		t.Fatalf("plan --target vllm: %v\n%s", err, errOut.String())
 	}
-	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	cfg, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 	if !ok {
-		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+		t.Fatalf("the plan writes no %s:\n%s", vllmplan.VLLMConfigFile, script.String())
 	}
 	if !strings.Contains(string(cfg), "lmcache.pd_role: receiver") {
 		t.Fatalf("the planned config is not LMCache PD mode:\n%s", cfg)
@@ -173,7 +173,7 @@ func TestPlanKubernetesConfigIsServed(t *testing.T) {
 			flags := configFlags{pd: true, connector: connector}
 			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
 				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, Workload: kube.WorkloadDisaggregatedSet,
-				Model: launch.DefaultVLLMModel}
+				Model: vllmplan.DefaultVLLMModel}
 			if err := runPlanKube(fixtures+"qwen3_omni_moe_thinking.yaml", flags, kopts, &out, &errOut); err != nil {
 				t.Fatalf("plan --target kubernetes --pd --connector %s: %v\n%s", connector, err, errOut.String())
 			}
@@ -222,7 +222,7 @@ func TestPlanKubernetesRefusesLMCachePD(t *testing.T) {
 // it until it says it serves, failing t with whatever serve refuses.
 func wantServed(t *testing.T, connector string, cfg []byte) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), launch.VLLMConfigFile)
+	path := filepath.Join(t.TempDir(), vllmplan.VLLMConfigFile)
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func wantServed(t *testing.T, connector string, cfg []byte) string {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- serve(ctx, doc, serveOptions{
-			host: "127.0.0.1", port: 0, drain: time.Second, model: launch.DefaultVLLMModel,
+			host: "127.0.0.1", port: 0, drain: time.Second, model: vllmplan.DefaultVLLMModel,
 			out: out, workerLog: io.Discard, log: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
 	}()
@@ -335,15 +335,15 @@ type plannedServe struct {
 
 // vllmPlanServe runs plan --target vllm on config and takes the omnipd
 // config and the serve command from the script.
-func vllmPlanServe(t *testing.T, config string, flags configFlags, opts launch.VLLMOptions) (plannedServe, string) {
+func vllmPlanServe(t *testing.T, config string, flags configFlags, opts vllmplan.VLLMOptions) (plannedServe, string) {
 	t.Helper()
 	var script, errOut bytes.Buffer
 	if err := runPlan(config, flags, opts, &script, &errOut); err != nil {
 		t.Fatalf("plan --target vllm %s: %v\n%s", config, err, errOut.String())
 	}
-	cfg, ok := heredoc(script.String(), launch.VLLMConfigFile)
+	cfg, ok := heredoc(script.String(), vllmplan.VLLMConfigFile)
 	if !ok {
-		t.Fatalf("the plan writes no %s:\n%s", launch.VLLMConfigFile, script.String())
+		t.Fatalf("the plan writes no %s:\n%s", vllmplan.VLLMConfigFile, script.String())
 	}
 	_, next, ok := strings.Cut(script.String(), "Next, in another terminal:\"\necho '  ")
 	if !ok {
@@ -364,11 +364,11 @@ func vllmPlanServe(t *testing.T, config string, flags configFlags, opts launch.V
 		}
 		p.args = append(p.args, a)
 	}
-	if err := os.WriteFile(filepath.Join(p.dir, launch.VLLMConfigFile), cfg, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(p.dir, vllmplan.VLLMConfigFile), cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// What the script makes once: the deployment secret, owner-only.
-	if err := os.WriteFile(filepath.Join(p.dir, launch.VLLMSecretFile), []byte("planned-secret\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(p.dir, vllmplan.VLLMSecretFile), []byte("planned-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p, script.String()
@@ -478,7 +478,7 @@ var talkerPlans = []struct {
 }{
 	{"pd_mooncake", fixtures + "qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.MooncakeConnector}},
 	{"pd_nixl", fixtures + "qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}},
-	{"2p1d_batch", "../../launch/testdata/omni_2p1d_batch.yaml", configFlags{}},
+	{"2p1d_batch", "../../vllmplan/testdata/omni_2p1d_batch.yaml", configFlags{}},
 	{"colocated", fixtures + "qwen3_omni_moe.yaml", configFlags{}},
 }
 
@@ -492,8 +492,8 @@ func TestPlanTalkerPipelineConfigIsServed(t *testing.T) {
 	planned := regexp.MustCompile(`(?m)^# \S+: stage (\d+) \(\w+\), replica (\d+) -> (\S+)$`)
 	for _, c := range talkerPlans {
 		t.Run(c.name, func(t *testing.T) {
-			p, script := vllmPlanServe(t, c.config, c.flags, launch.VLLMOptions{BasePort: freePort(t)})
-			doc, err := loadConfig(filepath.Join(p.dir, launch.VLLMConfigFile), p.loadOptions(), io.Discard)
+			p, script := vllmPlanServe(t, c.config, c.flags, vllmplan.VLLMOptions{BasePort: freePort(t)})
+			doc, err := loadConfig(filepath.Join(p.dir, vllmplan.VLLMConfigFile), p.loadOptions(), io.Discard)
 			if err != nil {
 				t.Fatalf("serve's options refuse the planned config:\n%s", p.cfg)
 			}
@@ -527,7 +527,7 @@ func TestPlanTalkerPipelineConfigIsServed(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			kopts := kube.Options{Namespace: kube.DefaultNamespace, NamePrefix: kube.DefaultNamePrefix,
 				Image: defaultImage(), VLLMImage: kube.DefaultVLLMImage, StageImage: kube.DefaultStageImage,
-				Workload: c.workload, Model: launch.DefaultVLLMModel}
+				Workload: c.workload, Model: vllmplan.DefaultVLLMModel}
 			p, objs := kubePlanServe(t, c.config, c.flags, kopts)
 			doc, err := loadConfig(filepath.Join(p.dir, kube.ConfigKey), p.loadOptions(), io.Discard)
 			if err != nil {
@@ -617,8 +617,8 @@ func TestPlanTalkerPipelineHealthWaitsForEveryStage(t *testing.T) {
 		t.Fatal("no 4 consecutive free ports")
 	}
 	base := lns[0].Addr().(*net.TCPAddr).Port
-	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}, launch.VLLMOptions{BasePort: base})
-	secret, err := os.ReadFile(filepath.Join(p.dir, launch.VLLMSecretFile))
+	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe.yaml", configFlags{pd: true, connector: kvconnector.NixlConnector}, vllmplan.VLLMOptions{BasePort: base})
+	secret, err := os.ReadFile(filepath.Join(p.dir, vllmplan.VLLMSecretFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +658,7 @@ func TestPlanTalkerPipelineHealthWaitsForEveryStage(t *testing.T) {
 func TestPlanColocatedThinkerIsServedAsPrinted(t *testing.T) {
 	t.Setenv("OMNIPD_SECRET", "")
 	t.Setenv("OMNIPD_API_KEY", "")
-	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe_thinking.yaml", configFlags{}, launch.VLLMOptions{BasePort: freePort(t)})
+	p, _ := vllmPlanServe(t, fixtures+"qwen3_omni_moe_thinking.yaml", configFlags{}, vllmplan.VLLMOptions{BasePort: freePort(t)})
 	if !slices.Contains(p.args, "--pd=false") {
 		t.Errorf("serve command %q: want --pd=false", p.args)
 	}
@@ -712,7 +712,7 @@ func TestPlannedStageWorkersServeASpokenAnswer(t *testing.T) {
 	}
 	base := freePortRunCLI(t, 4)
 	var script, errOut bytes.Buffer
-	if err := runPlan(cfg, configFlags{}, launch.VLLMOptions{Model: "standin-model", BasePort: base}, &script, &errOut); err != nil {
+	if err := runPlan(cfg, configFlags{}, vllmplan.VLLMOptions{Model: "standin-model", BasePort: base}, &script, &errOut); err != nil {
 		t.Fatalf("plan: %v\n%s", err, errOut.String())
 	}
 	line := runLaunchScript(t, repo, dir, script.Bytes(), base, 4)

@@ -77,7 +77,7 @@ func TestPlanKubernetesRefuses(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"talker in front of an encoder", []string{"--pd", "--connector", "NixlConnector", "../../launch/testdata/omni_epd.yaml"},
+		{"talker in front of an encoder", []string{"--pd", "--connector", "NixlConnector", "../../vllmplan/testdata/omni_epd.yaml"},
 			[]string{"encoder stage", "--ec-transfer-config"}},
 		{"unsplit thinker", []string{fixtures + "qwen3_omni_moe_thinking.yaml"},
 			[]string{"--pd", "--workload deployment"}},
@@ -100,18 +100,18 @@ func TestPlanKubernetesRefuses(t *testing.T) {
 	}
 }
 
-// The vllm target is the default, and prints the launch package's golden.
+// The vllm target is the default, and prints the vllmplan package's golden.
 func TestPlanVLLMUnchanged(t *testing.T) {
 	code, out, errOut := run(t, "plan", "--pd", "--connector", "NixlConnector", fixtures+"qwen3_omni_moe_thinking.yaml")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
-	want, err := os.ReadFile("../../launch/testdata/vllm/thinking_pd_nixl.golden.sh")
+	want, err := os.ReadFile("../../vllmplan/testdata/vllm/thinking_pd_nixl.golden.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal([]byte(out), want) {
-		t.Errorf("stdout differs from launch/testdata/vllm/thinking_pd_nixl.golden.sh:\n%s", out)
+		t.Errorf("stdout differs from vllmplan/testdata/vllm/thinking_pd_nixl.golden.sh:\n%s", out)
 	}
 	if code, _, errOut := run(t, "plan", "--workload", "deployment", fixtures+"qwen3_omni_moe_thinking.yaml"); code == 0 || !strings.Contains(errOut, "--workload is for --target kubernetes") {
 		t.Errorf("--workload with --target vllm: exit %d, stderr %q", code, errOut)

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/omnipd/omnipd/deploy"
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
-	"github.com/omnipd/omnipd/worker"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 )
 
 // serve and worker listen on loopback unless told otherwise.

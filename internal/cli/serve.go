@@ -26,11 +26,12 @@ import (
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/openai"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/stageclient"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/vllmplan"
 	"github.com/omnipd/omnipd/wiring"
-	"github.com/omnipd/omnipd/worker"
 	"github.com/spf13/cobra"
 )
 
@@ -395,7 +396,7 @@ func (l *referenceLauncher) Launch(ctx context.Context, rep wiring.Replica) (wir
 			if s.EC.Connector != worker.ReferenceECConnector {
 				return wiring.Address{}, fmt.Errorf("stage %d uses %s, which reference workers cannot run; give the stage endpoints: of vLLM engines, or use %s", s.ID, s.EC.Connector, worker.ReferenceECConnector)
 			}
-			ec, err := launch.ECTransferJSON(s, r)
+			ec, err := vllmplan.ECTransferJSON(s, r)
 			if err != nil {
 				return wiring.Address{}, err
 			}

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/deploy"
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
-	"github.com/omnipd/omnipd/worker"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 )
 
 func runningWorker(t *testing.T, kv string) string {

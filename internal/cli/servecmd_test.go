@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/deploy"
-	"github.com/omnipd/omnipd/mediafetch"
 	"github.com/omnipd/omnipd/openai"
+	"github.com/omnipd/omnipd/reference/mediafetch"
 )
 
 // vllm serve takes its model positionally; omnipd serve with a model id of

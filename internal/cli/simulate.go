@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/omnipd/omnipd/engine/simulate"
+	"github.com/omnipd/omnipd/reference/engine/simulate"
 )
 
 // simulateUsage is the help text of --simulate.

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/vllmplan"
 )
 
 // omnipd's invariant on the vllm-omni stage worker path, taken as an
@@ -184,7 +184,7 @@ func launchOracleDeployment(t *testing.T, repo, dir, config string, flags config
 		t.Fatal(err)
 	}
 	base := freePortRunCLI(t, n)
-	opts := launch.VLLMOptions{Model: "standin-model", BasePort: base}
+	opts := vllmplan.VLLMOptions{Model: "standin-model", BasePort: base}
 	var script, overlaid, errOut bytes.Buffer
 	if err := runPlan(config, flags, opts, &script, &errOut); err != nil {
 		t.Fatalf("plan %s: %v\n%s", config, err, errOut.String())
@@ -225,12 +225,12 @@ func launchOracleDeployment(t *testing.T, repo, dir, config string, flags config
 	url, logs := p.start(t)
 	d.serve[true] = &oracleServe{url: url, logs: logs, dir: dir}
 
-	cfg, ok := heredoc(overlaid.String(), launch.VLLMConfigFile)
+	cfg, ok := heredoc(overlaid.String(), vllmplan.VLLMConfigFile)
 	if !ok {
-		t.Fatalf("the plan of %s writes no %s", overlay, launch.VLLMConfigFile)
+		t.Fatalf("the plan of %s writes no %s", overlay, vllmplan.VLLMConfigFile)
 	}
 	q := plannedServe{dir: dir, cfg: cfg}
-	path := filepath.Join(dir, "no-async-chunk-"+launch.VLLMConfigFile)
+	path := filepath.Join(dir, "no-async-chunk-"+vllmplan.VLLMConfigFile)
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/code2wav"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/talker"
-	"github.com/omnipd/omnipd/engine/tokenizer"
-	"github.com/omnipd/omnipd/worker"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/code2wav"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/talker"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/spf13/cobra"
 )
 

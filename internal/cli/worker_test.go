@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine/kvcache"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/engine/kvcache"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
 )
 
 // omnipd worker --model DIR serves a checkpoint written in Hugging Face's

@@ -29,18 +29,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/code2wav"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/talker"
-	"github.com/omnipd/omnipd/engine/tokenizer"
-	"github.com/omnipd/omnipd/launch"
 	"github.com/omnipd/omnipd/metrics"
 	"github.com/omnipd/omnipd/orchestrator"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/code2wav"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/talker"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/server"
 	"github.com/omnipd/omnipd/topology"
+	"github.com/omnipd/omnipd/vllmplan"
 	"github.com/omnipd/omnipd/wiring"
-	"github.com/omnipd/omnipd/worker"
 )
 
 // ModelName is the model the deployment serves.
@@ -297,7 +297,7 @@ func (d *Deployment) launch(t testing.TB, r wiring.Replica, opts Options, lg *sl
 	if err != nil {
 		return wiring.Address{}, err
 	}
-	ec, err := launch.ECTransferJSON(s, replica)
+	ec, err := vllmplan.ECTransferJSON(s, replica)
 	if err != nil {
 		return wiring.Address{}, err
 	}

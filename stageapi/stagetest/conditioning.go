@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/stageapi"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // repeatPrompt repeats words, so that the prompt holds one token more than

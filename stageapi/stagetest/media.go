@@ -11,7 +11,7 @@ import (
 	"math"
 	"net/http"
 
-	"github.com/omnipd/omnipd/stageconn"
+	"github.com/omnipd/omnipd/reference/stageconn"
 )
 
 // wavClip is a mono 16-bit PCM WAV of a tone, seconds long at rate.

@@ -16,15 +16,15 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/omnipd/omnipd/engine"
-	"github.com/omnipd/omnipd/engine/code2wav"
-	"github.com/omnipd/omnipd/engine/model"
-	"github.com/omnipd/omnipd/engine/talker"
-	"github.com/omnipd/omnipd/engine/tokenizer"
 	"github.com/omnipd/omnipd/kvconnector"
+	"github.com/omnipd/omnipd/reference/engine"
+	"github.com/omnipd/omnipd/reference/engine/code2wav"
+	"github.com/omnipd/omnipd/reference/engine/model"
+	"github.com/omnipd/omnipd/reference/engine/talker"
+	"github.com/omnipd/omnipd/reference/engine/tokenizer"
+	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageapi"
-	"github.com/omnipd/omnipd/stageconn"
-	"github.com/omnipd/omnipd/worker"
 )
 
 // recorder is a reporter that keeps what a check reports instead of

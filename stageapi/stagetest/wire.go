@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
-	"github.com/omnipd/omnipd/stageconn"
 )
 
 // reply is one whole HTTP answer.

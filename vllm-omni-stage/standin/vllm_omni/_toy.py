@@ -329,7 +329,7 @@ def residual_codes(state: int, code0: int, step: int) -> list[int]:
 class TalkerRun:
     """The toy Talker's decode, step by step, in the order Qwen3-Omni's
     Talker reads its inputs (and omnipd's reference Talker,
-    engine/talker/feed.go): the prompt once the Thinker prompt's rows and
+    reference/engine/talker/feed.go): the prompt once the Thinker prompt's rows and
     the first reply row are in; then each step's input is the frame just
     sampled plus one text row: the next reply row while there is one, then
     tts_eos once no row follows, then tts_pad. The frame of step k needs

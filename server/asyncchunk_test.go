@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/omnipd/omnipd/orchestrator"
-	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
@@ -140,7 +139,7 @@ func holdThinker(t *testing.T, c *orchestrator.Config, holdRequest bool) *heldAn
 				}
 				w.WriteHeader(rec.Code)
 				_, _ = w.Write(rec.Body.Bytes())
-				if st, err := stageconn.Decode(rec.Body.Bytes()); rec.Code == http.StatusOK && err == nil && len(st.Embed) > 0 {
+				if st, err := stageapi.DecodeConditioning(rec.Body.Bytes()); rec.Code == http.StatusOK && err == nil && len(st.Embed) > 0 {
 					h.once.Do(func() { close(h.readEarly) })
 				}
 				return

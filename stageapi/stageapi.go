@@ -1,10 +1,12 @@
 // Package stageapi holds the wire names and types of omnipd's stage API (see
 // docs/stage-api.md): the paths and headers of omnipd's own endpoints on a
 // stage worker (/v1/omnipd/...), what the orchestrator sends the Talker and
-// Code2Wav stages and what they answer. Every side imports it — the
-// orchestrator and its stage client, the workers, the stores behind those
-// endpoints — and it imports nothing of ours, so the orchestrator stays free
-// of the engines. The omnipd members of an OpenAI-API body
+// Code2Wav stages and what they answer, and the OCND body of a conditioning
+// stash (Conditioning), encoded, decoded and merged from a prefill/decode
+// pair, so that every worker and the conformance suite that judges them read
+// one format. Every side imports it — the orchestrator and its stage
+// client, the workers, the stores behind those endpoints — and it imports
+// nothing of ours, so the orchestrator stays free of the engines. The omnipd members of an OpenAI-API body
 // (omnipd_conditioning, omnipd_encoder_cache) are openai's: they ride on the
 // Thinker's chat and completions bodies, which openai models.
 package stageapi

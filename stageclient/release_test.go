@@ -35,8 +35,8 @@ func storeWorker(t *testing.T, secret string) (*stageconn.Store, *eccache.Store,
 	return stashes, encoded, hs.URL, headers
 }
 
-func stash() *stageconn.Stash {
-	return &stageconn.Stash{Embed: [][]float32{{1}}, Hidden: [][]float32{{2}}, TTSPad: []float32{3}, TTSBos: []float32{4}, TTSEos: []float32{5}, TokenIDs: []int{7}, PromptTokenIDs: []int{7}}
+func stash() *stageapi.Conditioning {
+	return &stageapi.Conditioning{Embed: [][]float32{{1}}, Hidden: [][]float32{{2}}, TTSPad: []float32{3}, TTSBos: []float32{4}, TTSEos: []float32{5}, TokenIDs: []int{7}, PromptTokenIDs: []int{7}}
 }
 
 // A release frees the stash under its key (a key with a slash, as the

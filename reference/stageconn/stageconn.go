@@ -2,8 +2,9 @@
 // Thinker worker keeps the conditioning rows it computed for a request (the
 // layer-0 embeddings, one hidden layer, and the three TTS embeddings) in a
 // per-worker Store under a key, and the Talker fetches them from that worker
-// by key. Bulk tensors travel worker to worker in a compact binary form,
-// never as JSON through the orchestrator.
+// by key. Bulk tensors travel worker to worker in the stage API's binary
+// OCND body (stageapi.EncodeConditioning), never as JSON through the
+// orchestrator.
 //
 // A stash lives until it is fetched, dropped (the request ended or failed),
 // or its TTL runs out; Len is the gauge that shows none are left behind.
@@ -19,16 +20,6 @@ import (
 
 	"github.com/omnipd/omnipd/stageapi"
 )
-
-// Stash is one request's conditioning as one Thinker worker computed it.
-type Stash struct {
-	// Embed and Hidden have one row per computed position.
-	Embed, Hidden [][]float32
-	// TTSPad, TTSBos, TTSEos are the word embeddings of the TTS special tokens.
-	TTSPad, TTSBos, TTSEos []float32
-	// TokenIDs are the tokens the rows belong to; PromptTokenIDs the prompt.
-	TokenIDs, PromptTokenIDs []int
-}
 
 // Errors of the store.
 var (
@@ -80,7 +71,7 @@ type Store struct {
 }
 
 type entry struct {
-	stash   *Stash
+	stash   *stageapi.Conditioning
 	expires time.Time
 	// A stash that grows (Open) is open until its writer closes or fails
 	// it; grown is closed, and replaced, whenever it changes, waking the
@@ -113,13 +104,13 @@ func NewStore(cfg Config) *Store {
 }
 
 // Put stashes st under key.
-func (s *Store) Put(key string, st *Stash) error {
+func (s *Store) Put(key string, st *stageapi.Conditioning) error {
 	return s.put(key, st, false)
 }
 
 // put stashes st under key, growing (open) or not, in one step: a reader
 // waiting for the key sees it only as it is meant to be.
-func (s *Store) put(key string, st *Stash, open bool) error {
+func (s *Store) put(key string, st *stageapi.Conditioning, open bool) error {
 	if key == "" || len(key) > 256 {
 		return fmt.Errorf("stageconn: invalid key %q", key)
 	}
@@ -163,7 +154,7 @@ func (s *Store) removeLocked(key string) {
 }
 
 // Take removes and returns the stash under key.
-func (s *Store) Take(key string) (*Stash, error) {
+func (s *Store) Take(key string) (*stageapi.Conditioning, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked()
@@ -304,10 +295,11 @@ func (s *Store) Handler() http.Handler {
 }
 
 // writeStash answers with st in the wire form.
-func writeStash(w http.ResponseWriter, st *Stash) {
-	body, err := Encode(st)
+func writeStash(w http.ResponseWriter, st *stageapi.Conditioning) {
+	body, err := stageapi.EncodeConditioning(st)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		// Named as this data path's, as every error the handler answers is.
+		http.Error(w, "stageconn: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

@@ -14,7 +14,7 @@ import (
 	"github.com/omnipd/omnipd/stageapi"
 )
 
-func sample(rows, width int) *Stash {
+func sample(rows, width int) *stageapi.Conditioning {
 	rng := rand.New(rand.NewPCG(1, 2))
 	mk := func(n int) []float32 {
 		v := make([]float32, n)
@@ -23,7 +23,7 @@ func sample(rows, width int) *Stash {
 		}
 		return v
 	}
-	st := &Stash{TTSPad: mk(width), TTSBos: mk(width), TTSEos: mk(width)}
+	st := &stageapi.Conditioning{TTSPad: mk(width), TTSBos: mk(width), TTSEos: mk(width)}
 	for range rows {
 		st.Embed = append(st.Embed, mk(width))
 		st.Hidden = append(st.Hidden, mk(width))
@@ -33,62 +33,6 @@ func sample(rows, width int) *Stash {
 	}
 	st.PromptTokenIDs = st.TokenIDs[:rows/2+1]
 	return st
-}
-
-func TestEncodeDecodeRoundTrip(t *testing.T) {
-	for _, rows := range []int{0, 1, 17} {
-		st := sample(rows, 8)
-		b, err := Encode(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := Decode(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rows > 0 && !reflect.DeepEqual(got, st) {
-			t.Errorf("%d rows: round trip differs", rows)
-		}
-		if rows == 0 && (len(got.Embed) != 0 || len(got.TokenIDs) != 1) {
-			t.Errorf("empty stash: %+v", got)
-		}
-	}
-}
-
-func TestDecodeRefusesMalformed(t *testing.T) {
-	good, _ := Encode(sample(3, 4))
-	for name, b := range map[string][]byte{
-		"empty":     nil,
-		"magic":     append([]byte("XXXX"), good[4:]...),
-		"truncated": good[:len(good)-1],
-		"extra":     append(append([]byte{}, good...), 0),
-		"header":    good[:10],
-	} {
-		if _, err := Decode(b); err == nil {
-			t.Errorf("%s: decoded", name)
-		}
-	}
-	if _, err := Encode(&Stash{Embed: [][]float32{{1}}, Hidden: nil}); err == nil {
-		t.Error("mismatched rows encoded")
-	}
-}
-
-func FuzzDecode(f *testing.F) {
-	good, _ := Encode(sample(3, 4))
-	f.Add(good)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := Decode(b)
-		if err != nil {
-			return
-		}
-		again, err := Encode(st)
-		if err != nil {
-			t.Fatalf("decoded stash does not encode: %v", err)
-		}
-		if _, err := Decode(again); err != nil {
-			t.Fatalf("re-encoded stash does not decode: %v", err)
-		}
-	})
 }
 
 type clock struct {

@@ -21,7 +21,7 @@ import (
 // Open starts a stash under key that grows. head carries what is known
 // before the first step (the TTS embeddings, the prompt ids) and may hold
 // rows already.
-func (s *Store) Open(key string, head *Stash) error {
+func (s *Store) Open(key string, head *stageapi.Conditioning) error {
 	return s.put(key, head, true)
 }
 
@@ -92,14 +92,14 @@ func (s *Store) openLocked(key string) (*entry, error) {
 // waited for as well, until ctx ends (then ErrNotFound); one whose stash
 // ended (read to its end, taken, dropped, expired) or that was released
 // answers ErrNotFound at once.
-func (s *Store) Read(ctx context.Context, key string, from int) (*Stash, bool, error) {
+func (s *Store) Read(ctx context.Context, key string, from int) (*stageapi.Conditioning, bool, error) {
 	st, done, _, err := s.read(ctx, key, from)
 	return st, done, err
 }
 
 // read is Read that also tells whether it had to wait for the stash or for
 // its rows.
-func (s *Store) read(ctx context.Context, key string, from int) (st *Stash, done, waited bool, err error) {
+func (s *Store) read(ctx context.Context, key string, from int) (st *stageapi.Conditioning, done, waited bool, err error) {
 	if from < 0 {
 		return nil, false, false, fmt.Errorf("stageconn: negative offset %d", from)
 	}
@@ -189,7 +189,7 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 		// Nothing new yet — no row at the offset, or no stash yet (its leg
 		// is on its way to this worker): an empty answer, and the reader
 		// asks again.
-		st, done, err = &Stash{}, false, nil
+		st, done, err = &stageapi.Conditioning{}, false, nil
 	case errors.Is(err, ErrNotFound):
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
@@ -208,12 +208,12 @@ func (s *Store) serveRead(w http.ResponseWriter, r *http.Request, key string) {
 // FetchFrom reads a stash's rows from offset from at the worker at
 // baseURL (see Store.Read): none when nothing came in the worker's wait,
 // done with the last. The worker frees the stash once done was sent.
-func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*Stash, ReadInfo, error) {
+func FetchFrom(ctx context.Context, client *http.Client, baseURL, key, secret string, from int) (*stageapi.Conditioning, ReadInfo, error) {
 	body, hdr, err := callHeader(ctx, client, http.MethodGet, baseURL, url.PathEscape(key)+"?"+stageapi.ConditioningFromParam+"="+strconv.Itoa(from), secret)
 	if err != nil {
 		return nil, ReadInfo{}, err
 	}
-	st, err := Decode(body)
+	st, err := decode(body)
 	if err != nil {
 		return nil, ReadInfo{}, err
 	}

@@ -14,9 +14,9 @@ import (
 )
 
 // grow opens a stash under key with src's head and no rows.
-func grow(t *testing.T, s *Store, key string, src *Stash) {
+func grow(t *testing.T, s *Store, key string, src *stageapi.Conditioning) {
 	t.Helper()
-	head := &Stash{TTSPad: src.TTSPad, TTSBos: src.TTSBos, TTSEos: src.TTSEos, PromptTokenIDs: src.PromptTokenIDs, TokenIDs: append([]int(nil), src.PromptTokenIDs...)}
+	head := &stageapi.Conditioning{TTSPad: src.TTSPad, TTSBos: src.TTSBos, TTSEos: src.TTSEos, PromptTokenIDs: src.PromptTokenIDs, TokenIDs: append([]int(nil), src.PromptTokenIDs...)}
 	if err := s.Open(key, head); err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,8 @@ func grow(t *testing.T, s *Store, key string, src *Stash) {
 
 // readAll reads key from offset 0 to the end the way a Talker does, one
 // read at a time, and returns the rows joined.
-func readAll(ctx context.Context, read func(ctx context.Context, from int) (*Stash, bool, error)) (*Stash, int, error) {
-	var out *Stash
+func readAll(ctx context.Context, read func(ctx context.Context, from int) (*stageapi.Conditioning, bool, error)) (*stageapi.Conditioning, int, error) {
+	var out *stageapi.Conditioning
 	reads := 0
 	for {
 		from := 0
@@ -59,10 +59,12 @@ func TestGrowingStashReadsWhatWasAppended(t *testing.T) {
 	if _, err := s.Take("k"); !errors.Is(err, ErrGrowing) {
 		t.Fatalf("Take of an open stash: %v; want ErrGrowing", err)
 	}
-	got := make(chan *Stash, 1)
+	got := make(chan *stageapi.Conditioning, 1)
 	errc := make(chan error, 1)
 	go func() {
-		st, _, err := readAll(context.Background(), func(ctx context.Context, from int) (*Stash, bool, error) { return s.Read(ctx, "k", from) })
+		st, _, err := readAll(context.Background(), func(ctx context.Context, from int) (*stageapi.Conditioning, bool, error) {
+			return s.Read(ctx, "k", from)
+		})
 		got <- st
 		errc <- err
 	}()
@@ -161,13 +163,13 @@ func TestGrowingStashOverHTTP(t *testing.T) {
 
 	grow(t, s, "a/b", src)
 	type result struct {
-		st    *Stash
+		st    *stageapi.Conditioning
 		reads int
 		err   error
 	}
 	res := make(chan result, 1)
 	go func() {
-		st, reads, err := readAll(context.Background(), func(ctx context.Context, from int) (*Stash, bool, error) {
+		st, reads, err := readAll(context.Background(), func(ctx context.Context, from int) (*stageapi.Conditioning, bool, error) {
 			st, info, err := FetchFrom(ctx, hs.Client(), hs.URL, "a/b", "", from)
 			return st, info.Done, err
 		})
@@ -211,9 +213,11 @@ func TestReadBeforeStash(t *testing.T) {
 	src := sample(2, 2)
 	s := NewStore(Config{})
 	errc := make(chan error, 1)
-	got := make(chan *Stash, 1)
+	got := make(chan *stageapi.Conditioning, 1)
 	go func() {
-		st, _, err := readAll(context.Background(), func(ctx context.Context, from int) (*Stash, bool, error) { return s.Read(ctx, "later", from) })
+		st, _, err := readAll(context.Background(), func(ctx context.Context, from int) (*stageapi.Conditioning, bool, error) {
+			return s.Read(ctx, "later", from)
+		})
 		got <- st
 		errc <- err
 	}()

@@ -73,7 +73,7 @@ func benchTransport(b *testing.B, transport string, streams, width int, step, pa
 	keys := make([]string, streams)
 	for i := range keys {
 		keys[i] = "req-" + strconv.Itoa(i)
-		if err := s.Open(keys[i], &Stash{TTSPad: row[:8], TTSBos: row[:8], TTSEos: row[:8]}); err != nil {
+		if err := s.Open(keys[i], &stageapi.Conditioning{TTSPad: row[:8], TTSBos: row[:8], TTSEos: row[:8]}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -164,7 +164,7 @@ func readStream(client *http.Client, base, key, transport string, pace time.Dura
 		if _, err := io.ReadFull(r, frame); err != nil {
 			return rows, 1, err
 		}
-		st, err := Decode(frame)
+		st, err := stageapi.DecodeConditioning(frame)
 		if err != nil {
 			return rows, 1, err
 		}
@@ -183,7 +183,7 @@ func servePush(w http.ResponseWriter, r *http.Request, s *Store) {
 		if err != nil {
 			return
 		}
-		frame, err := Encode(st)
+		frame, err := stageapi.EncodeConditioning(st)
 		if err != nil {
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/omnipd/omnipd/reference/engine/sampler"
 	"github.com/omnipd/omnipd/reference/engine/tokenizer"
 	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // generation is one request, decoded from either endpoint.
@@ -406,7 +407,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	if grow != nil && grow.store != nil {
 		handle = map[string]any{"key": g.conditioning.Key, "rows": len(last.Capture.Embeddings)}
 	} else if g.conditioning != nil && last.Capture != nil && ctx.Err() == nil {
-		st := &stageconn.Stash{
+		st := &stageapi.Conditioning{
 			Embed: last.Capture.Embeddings, Hidden: last.Capture.Hidden,
 			TTSPad: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: s.eng.Model().Embedding(s.cfg.TTSTokenIDs[2]),
 			TokenIDs: append(append([]int(nil), g.prompt...), tokens...), PromptTokenIDs: g.prompt,
@@ -589,7 +590,7 @@ func (s *Server) openGrowing(g *generation, id string) (*growing, error) {
 		return nil, nil
 	}
 	m := s.eng.Model()
-	head := &stageconn.Stash{
+	head := &stageapi.Conditioning{
 		TTSPad: m.Embedding(s.cfg.TTSTokenIDs[0]), TTSBos: m.Embedding(s.cfg.TTSTokenIDs[1]), TTSEos: m.Embedding(s.cfg.TTSTokenIDs[2]),
 		TokenIDs: slices.Clone(g.prompt), PromptTokenIDs: g.prompt,
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/omnipd/omnipd/reference/engine"
 	"github.com/omnipd/omnipd/reference/mediafetch"
 	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 func wavBytes(seconds float64) []byte {
@@ -283,9 +284,9 @@ func TestEPDConditioningEqualsColocated(t *testing.T) {
 
 // mergedAndColocated fetches request id's stashes — id+"/prefill" and
 // id+"/decode", merged, and id+"/colocated" — from the workers.
-func mergedAndColocated(t *testing.T, id string, colocated, prefill, decode *testWorker) (merged, want *stageconn.Stash) {
+func mergedAndColocated(t *testing.T, id string, colocated, prefill, decode *testWorker) (merged, want *stageapi.Conditioning) {
 	t.Helper()
-	fetch := func(w *testWorker, key string) *stageconn.Stash {
+	fetch := func(w *testWorker, key string) *stageapi.Conditioning {
 		st, err := stageconn.Fetch(context.Background(), nil, w.url, id+key, testSecret)
 		if err != nil {
 			t.Fatal(err)
@@ -293,7 +294,7 @@ func mergedAndColocated(t *testing.T, id string, colocated, prefill, decode *tes
 		return st
 	}
 	want = fetch(colocated, "/colocated")
-	merged, err := stageconn.Merge(fetch(prefill, "/prefill"), fetch(decode, "/decode"))
+	merged, err := stageapi.MergeConditioning(fetch(prefill, "/prefill"), fetch(decode, "/decode"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func jsonKind(t reflect.Type) string {
 // fetch takes the stashes from the Thinker workers (freeing them there)
 // and merges a prefill/decode pair.
 func (s *TalkerServer) fetch(ctx context.Context, handles []stageapi.ConditioningHandle) (*talker.Conditioning, error) {
-	stashes := make([]*stageconn.Stash, len(handles))
+	stashes := make([]*stageapi.Conditioning, len(handles))
 	var firstErr error
 	for i, h := range handles {
 		st, err := stageconn.Fetch(ctx, s.client, h.URL, h.Key, s.secret)
@@ -198,9 +198,11 @@ func (s *TalkerServer) fetch(ctx context.Context, handles []stageapi.Conditionin
 	}
 	st := stashes[0]
 	if len(stashes) == 2 {
-		merged, err := stageconn.Merge(stashes[0], stashes[1])
+		merged, err := stageapi.MergeConditioning(stashes[0], stashes[1])
 		if err != nil {
-			return nil, err
+			// Named as the data path the stashes came by, as a refused
+			// fetch is, and as the streamed merge's refusal (stashFeed.head).
+			return nil, fmt.Errorf("stageconn: %w", err)
 		}
 		st = merged
 	}

@@ -16,7 +16,7 @@ import (
 // stashFeed reads a request's conditioning from stashes that grow on the
 // Thinker workers (async chunk): the colocated Thinker's, or the prefill's
 // prompt rows and then the decode's rows after its first, which recomputes
-// the prompt's last position — stageconn.Merge, row by row.
+// the prompt's last position — stageapi.MergeConditioning, row by row.
 type stashFeed struct {
 	s       *TalkerServer
 	m       *metrics.StageRequest
@@ -33,7 +33,7 @@ var _ talker.Feed = (*stashFeed)(nil)
 
 // read is one read of handle i from offset from: the worker answers once
 // it has rows or the end, or empty after its wait, when it is asked again.
-func (f *stashFeed) read(i, from int) (*stageconn.Stash, bool, error) {
+func (f *stashFeed) read(i, from int) (*stageapi.Conditioning, bool, error) {
 	h := f.handles[i]
 	for {
 		start := time.Now()
@@ -56,7 +56,7 @@ func (f *stashFeed) read(i, from int) (*stageconn.Stash, bool, error) {
 // the decode, the TTS embeddings with the rows after its duplicate.
 func (f *stashFeed) head() (*talker.Conditioning, error) {
 	f.done = make([]bool, len(f.handles))
-	var pre *stageconn.Stash
+	var pre *stageapi.Conditioning
 	if len(f.handles) == 2 {
 		for pre == nil || !f.done[0] {
 			from := 0

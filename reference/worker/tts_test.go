@@ -16,6 +16,7 @@ import (
 	"github.com/omnipd/omnipd/reference/engine/model"
 	"github.com/omnipd/omnipd/reference/engine/tokenizer"
 	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // The TTS names of the reference vocabulary, spelled as Qwen3-Omni's
@@ -50,7 +51,7 @@ func TestStashCarriesTheTTSTokens(t *testing.T) {
 			if _, status, err := post(context.Background(), url, key, b); err != nil || status != 200 {
 				t.Fatalf("%s: status %d, %v", key, status, err)
 			}
-			var st *stageconn.Stash
+			var st *stageapi.Conditioning
 			var err error
 			if stream {
 				st, _, err = stageconn.FetchFrom(context.Background(), nil, url, key, testSecret, 0)

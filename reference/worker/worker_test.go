@@ -464,7 +464,7 @@ func TestConditioningMergeEqualsColocated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := stageconn.Merge(p, d)
+		got, err := stageapi.MergeConditioning(p, d)
 		if err != nil {
 			t.Fatal(err)
 		}

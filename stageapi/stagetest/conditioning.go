@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/omnipd/omnipd/kvconnector"
-	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/stageapi"
 )
 
@@ -38,7 +37,7 @@ func (c *checker) wantHandle(what string, r *completion, key string, rows int) {
 // wantStashShape checks what a decoded stash must be whatever the engine:
 // rows rows of one width each, TTS embeddings as wide as the word
 // embeddings, and the token ids of the request.
-func (c *checker) wantStashShape(what string, st *stageconn.Stash, rows, tokens int, prompt []int) {
+func (c *checker) wantStashShape(what string, st *stageapi.Conditioning, rows, tokens int, prompt []int) {
 	c.Helper()
 	if len(st.Embed) != rows || len(st.Hidden) != rows {
 		c.Errorf("%s: %d embed and %d hidden rows; want %d", what, len(st.Embed), len(st.Hidden), rows)
@@ -116,7 +115,7 @@ func checkConditioningRelease(c *checker) {
 }
 
 // readFrom is one GET ?from=N of a stash.
-func (c *checker) readFrom(base, key string, from int) (st *stageconn.Stash, done bool, r reply) {
+func (c *checker) readFrom(base, key string, from int) (st *stageapi.Conditioning, done bool, r reply) {
 	c.Helper()
 	r = c.call(http.MethodGet, stashPath(base, key)+"?from="+strconv.Itoa(from), c.withSecret(), nil)
 	st, err := decodeStash(r)
@@ -135,7 +134,7 @@ func (c *checker) readFrom(base, key string, from int) (st *stageconn.Stash, don
 
 // readToEnd reads a stash from row from to its end, as the Talker does
 // under async chunk, and returns its rows and the last answer's stash.
-func (c *checker) readToEnd(base, key string, from int) (embed, hidden [][]float32, last *stageconn.Stash) {
+func (c *checker) readToEnd(base, key string, from int) (embed, hidden [][]float32, last *stageapi.Conditioning) {
 	c.Helper()
 	const safety = 1 << 16 // reads; only a worker that never says done reaches it
 	for range safety {
@@ -325,7 +324,7 @@ func checkPD(c *checker) {
 				pre, dec := c.fetch(pair.Prefill, id+"/prefill"), c.fetch(pair.Decode, id+"/decode")
 				c.wantStashShape(what+": prefill stash", pre, p, -1, ref.PromptTokenIDs)
 				c.wantStashShape(what+": decode stash", dec, g, p+g, nil)
-				merged, err := stageconn.Merge(pre, dec)
+				merged, err := stageapi.MergeConditioning(pre, dec)
 				if err != nil {
 					c.Errorf("%s: prefill and decode stashes do not merge: %v", what, err)
 					continue

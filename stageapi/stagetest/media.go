@@ -11,7 +11,7 @@ import (
 	"math"
 	"net/http"
 
-	"github.com/omnipd/omnipd/reference/stageconn"
+	"github.com/omnipd/omnipd/stageapi"
 )
 
 // wavClip is a mono 16-bit PCM WAV of a tone, seconds long at rate.
@@ -119,7 +119,7 @@ func checkMedia(c *checker) {
 			c.Errorf("%s: the prefill counts %d prompt tokens; colocated %d", what, got.prefill.Usage.PromptTokens, want.Usage.PromptTokens)
 		}
 		pre, dec := c.fetch(pair.Prefill, "media-pd/prefill"), c.fetch(pair.Decode, "media-pd/decode")
-		merged, err := stageconn.Merge(pre, dec)
+		merged, err := stageapi.MergeConditioning(pre, dec)
 		switch {
 		case err != nil:
 			c.Errorf("%s: prefill and decode stashes do not merge: %v", what, err)

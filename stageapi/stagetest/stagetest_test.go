@@ -22,7 +22,6 @@ import (
 	"github.com/omnipd/omnipd/reference/engine/model"
 	"github.com/omnipd/omnipd/reference/engine/talker"
 	"github.com/omnipd/omnipd/reference/engine/tokenizer"
-	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/reference/worker"
 	"github.com/omnipd/omnipd/stageapi"
 )
@@ -210,12 +209,12 @@ func TestConformanceChecksCatchBrokenWorkers(t *testing.T) {
 		{
 			fault: "a decode stash without the duplicate row", check: "PDEqualsColocated",
 			faults: faults{"decode": rewriteStashReads(func(b []byte, _ http.Header) []byte {
-				st, err := stageconn.Decode(b)
+				st, err := stageapi.DecodeConditioning(b)
 				if err != nil || len(st.Embed) == 0 {
 					return b
 				}
 				st.Embed, st.Hidden = st.Embed[1:], st.Hidden[1:]
-				out, _ := stageconn.Encode(st)
+				out, _ := stageapi.EncodeConditioning(st)
 				return out
 			})},
 			want: "prefill[0:P] ++ decode[1:]",

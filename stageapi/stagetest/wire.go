@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/omnipd/omnipd/reference/stageconn"
 	"github.com/omnipd/omnipd/stageapi"
 	"github.com/omnipd/omnipd/stageclient"
 )
@@ -391,7 +390,7 @@ func checkOCND(body []byte) error {
 
 // decodeStash checks r is a conditioning body and decodes it with the
 // project's own decoder.
-func decodeStash(r reply) (*stageconn.Stash, error) {
+func decodeStash(r reply) (*stageapi.Conditioning, error) {
 	if r.status != http.StatusOK {
 		return nil, fmt.Errorf("%v; want 200", r)
 	}
@@ -401,11 +400,11 @@ func decodeStash(r reply) (*stageconn.Stash, error) {
 	if err := checkOCND(r.body); err != nil {
 		return nil, err
 	}
-	return stageconn.Decode(r.body)
+	return stageapi.DecodeConditioning(r.body)
 }
 
 // fetch takes the stash under key whole (a GET, which frees it).
-func (c *checker) fetch(base, key string) *stageconn.Stash {
+func (c *checker) fetch(base, key string) *stageapi.Conditioning {
 	c.Helper()
 	st, err := decodeStash(c.call(http.MethodGet, stashPath(base, key), c.withSecret(), nil))
 	if err != nil {

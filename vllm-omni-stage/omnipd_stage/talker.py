@@ -76,7 +76,7 @@ def _handles(body: dict[str, Any]) -> list[tuple[str, str]]:
 def merge(prefill: Stash, decode: Stash) -> Stash:
     """The colocated-equivalent conditioning of a PD pair: the prefill's rows
     for the prompt's P positions, then the decode's after its first, which
-    recomputes the prompt's last position (omnipd's stageconn.Merge)."""
+    recomputes the prompt's last position (omnipd's stageapi.MergeConditioning)."""
     p = len(prefill.prompt_token_ids)
     if p == 0:
         raise APIError(502, "the prefill stash has no prompt", type_="upstream_error")

@@ -260,6 +260,18 @@ func (n *Node) Get(key string) *Node {
 	return nil
 }
 
+// Number returns the number under key in a mapping (engine_args,
+// default_sampling_params, a connector's extra); false when it is absent or
+// not a number.
+func (n *Node) Number(key string) (float64, bool) {
+	v := n.Get(key)
+	if v == nil || v.Kind != KindScalar {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v.Value, 64)
+	return f, err == nil
+}
+
 // KeyNode returns the key node for key in a mapping, or nil.
 func (n *Node) KeyNode(key string) *Node {
 	if n == nil || n.Kind != KindMap {

@@ -1,8 +1,6 @@
 package wiring
 
 import (
-	"strconv"
-
 	"github.com/omnipd/omnipd/deploy"
 	"github.com/omnipd/omnipd/orchestrator"
 )
@@ -20,17 +18,17 @@ func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool) *o
 	for _, s := range doc.Stages {
 		switch s.ModelStage {
 		case "thinker":
-			if l, ok := number(s.EngineArgs, "accept_hidden_layer"); ok {
+			if l, ok := s.EngineArgs.Number("accept_hidden_layer"); ok {
 				om.ConditioningLayer = int(l)
 			}
 		case "talker":
-			if t, ok := number(s.DefaultSamplingParams, "temperature"); ok {
+			if t, ok := s.DefaultSamplingParams.Number("temperature"); ok {
 				om.Temperature = t
 			}
-			if k, ok := number(s.DefaultSamplingParams, "top_k"); ok {
+			if k, ok := s.DefaultSamplingParams.Number("top_k"); ok {
 				om.TopK = int(k)
 			}
-			if m, ok := number(s.DefaultSamplingParams, "max_tokens"); ok {
+			if m, ok := s.DefaultSamplingParams.Number("max_tokens"); ok {
 				om.MaxFrames = int(m)
 			}
 		case "code2wav":
@@ -39,13 +37,13 @@ func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool) *o
 					if c.Name != in.Name || c.Extra == nil {
 						continue
 					}
-					if v, ok := number(c.Extra, "initial_codec_chunk_frames"); ok {
+					if v, ok := c.Extra.Number("initial_codec_chunk_frames"); ok {
 						om.Chunking.Initial = int(v)
 					}
-					if v, ok := number(c.Extra, "codec_chunk_frames"); ok {
+					if v, ok := c.Extra.Number("codec_chunk_frames"); ok {
 						om.Chunking.Size = int(v)
 					}
-					if v, ok := number(c.Extra, "codec_left_context_frames"); ok {
+					if v, ok := c.Extra.Number("codec_left_context_frames"); ok {
 						om.Chunking.LeftContext = int(v)
 					}
 				}
@@ -53,16 +51,4 @@ func omniConfig(doc *deploy.Document, talkerPool, c2wPool *orchestrator.Pool) *o
 		}
 	}
 	return om
-}
-
-// number reads the number under key of a config mapping (engine_args,
-// default_sampling_params, a connector's extra); false when it is absent
-// or not a number.
-func number(n *deploy.Node, key string) (float64, bool) {
-	v := n.Get(key)
-	if v == nil || v.Kind != deploy.KindScalar {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(v.Value, 64)
-	return f, err == nil
 }

@@ -53,7 +53,7 @@ func planLocalPorts(doc *deploy.Document) (*localPorts, error) {
 			if s.ModelStage != "thinker" || s.KV == nil || s.KV.Connector != deploy.DefaultKVConnector {
 				continue
 			}
-			host := kvHost(s)
+			host := deploy.KVHost(s)
 			if chosen {
 				ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(r.KVPort)))
 				if err != nil {

@@ -403,7 +403,7 @@ func (l *referenceLauncher) Launch(ctx context.Context, rep wiring.Replica) (wir
 			spec.Args = append(spec.Args, "--ec-transfer-config", ec)
 		}
 		if r.KVPort != 0 {
-			where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(kvHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
+			where = fmt.Sprintf(" (KV side channel %s, %s)", net.JoinHostPort(deploy.KVHost(s), strconv.Itoa(r.KVPort)), held.kvWhy)
 		}
 	} else {
 		spec.Args = []string{"--stage", s.ModelStage}
@@ -470,9 +470,6 @@ func warnNotReady(ctx context.Context, r *stageclient.Readiness, log *slog.Logge
 func legBodyMB(clientMax int64) int64 {
 	return (openai.MaxLegBodyBytes(clientMax) + 1<<20 - 1) >> 20
 }
-
-// kvHost is the address a stage's KV side channels listen on.
-func kvHost(s *deploy.Stage) string { return deploy.KVHost(s) }
 
 func pathName(c kvconnector.Contract) string {
 	if c == nil {
@@ -593,22 +590,11 @@ func (a *accessOptions) warnExposure(host string, log *slog.Logger) {
 func kvCacheArgs(s *deploy.Stage) []string {
 	var args []string
 	for _, a := range []struct{ key, flag string }{{"num_gpu_blocks_override", "--num-blocks"}, {"block_size", "--block-size"}} {
-		if n, ok := num(s.EngineArgs, a.key); ok && n >= 1 && n == math.Trunc(n) {
+		if n, ok := s.EngineArgs.Number(a.key); ok && n >= 1 && n == math.Trunc(n) {
 			args = append(args, a.flag, strconv.Itoa(int(n)))
 		}
 	}
 	return args
-}
-
-// num reads the number under key of a config mapping (engine_args,
-// default_sampling_params); false when it is absent or not a number.
-func num(n *deploy.Node, key string) (float64, bool) {
-	v := n.Get(key)
-	if v == nil || v.Kind != deploy.KindScalar {
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(v.Value, 64)
-	return f, err == nil
 }
 
 // isLoopback reports whether listening on host keeps a server on this
